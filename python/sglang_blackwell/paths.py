@@ -1,0 +1,37 @@
+"""Where things live: the patch tree, the download cache, the build output."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def repo_root() -> Path | None:
+    """The sglang-blackwell checkout this code runs from, if any (editable install or source tree)."""
+    for parent in PACKAGE_DIR.parents:
+        if (parent / "patches").is_dir() and (parent / "pyproject.toml").is_file():
+            return parent
+    return None
+
+
+def patches_dir() -> Path:
+    """The patch tree: $SGLANG_BLACKWELL_PATCHES, else the checkout's patches/, else the copy in the wheel."""
+    env = os.environ.get("SGLANG_BLACKWELL_PATCHES")
+    if env:
+        return Path(env).resolve()
+    root = repo_root()
+    if root is not None:
+        return root / "patches"
+    return PACKAGE_DIR / "_data" / "patches"
+
+
+def cache_dir() -> Path:
+    """Download cache for pinned upstream artifacts ($SGLANG_BLACKWELL_CACHE or ~/.cache/sglang-blackwell)."""
+    env = os.environ.get("SGLANG_BLACKWELL_CACHE")
+    if env:
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return (base / "sglang-blackwell").resolve()
