@@ -1,0 +1,51 @@
+"""A stand-in for `flashinfer.comm` in CPU tests.
+
+The real module loads libcudart at import (CudaRTLibrary) and every entry point launches CUDA kernels or opens
+CUDA IPC handles, none of which exist on a CPU host. The stand-in keeps the real `flashinfer` package importable
+(so sglang's is_flashinfer_available() sees it), records workspace creation/destruction, and computes
+trtllm_allreduce_fusion with `fused_op` when a scenario supplies one (the op's definition over the real gloo
+group). Any other attribute is an import-only placeholder that raises when used.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+import _standin
+
+
+class AllReduceFusionPattern(enum.IntEnum):
+    kAllReduce = 0
+    kARResidualRMSNorm = 1
+
+
+def install(fused_op=None):
+    import flashinfer
+
+    m = _standin.StandinModule("flashinfer.comm")
+    m.workspace_calls = []
+    m.destroy_calls = []
+    m.AllReduceFusionPattern = AllReduceFusionPattern
+
+    def create_workspace(rank, world_size, max_token_num, hidden_dim, group=None, use_fp32_lamport=False):
+        m.workspace_calls.append({"rank": rank, "world_size": world_size, "max_token_num": max_token_num,
+                                  "hidden_dim": hidden_dim, "use_fp32_lamport": use_fp32_lamport})
+        return (f"ipc-handles-{len(m.workspace_calls)}", f"workspace-{len(m.workspace_calls)}")
+
+    def destroy_workspace(handles, group=None):
+        m.destroy_calls.append(handles)
+
+    def trtllm_allreduce_fusion(**kw):
+        if fused_op is None:
+            raise RuntimeError("trtllm_allreduce_fusion called but the scenario supplied no fused_op")
+        norm_out, residual_out = fused_op(kw["allreduce_in"], kw["residual_in"], kw["rms_gamma"], kw["rms_eps"])
+        kw["norm_out"].copy_(norm_out)
+        kw["residual_out"].copy_(residual_out)
+
+    m.trtllm_create_ipc_workspace_for_all_reduce_fusion = create_workspace
+    m.trtllm_destroy_ipc_workspace_for_all_reduce = destroy_workspace
+    m.trtllm_allreduce_fusion = trtllm_allreduce_fusion
+    sys.modules["flashinfer.comm"] = m
+    flashinfer.comm = m
+    return m

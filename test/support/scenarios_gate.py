@@ -1,0 +1,67 @@
+"""The FlashInfer all-reduce fusion gate (P2) under a simulated GPU generation, in one process.
+
+Simulated: the device capability (support.cuda_sim) and flashinfer.comm (support.fi_comm). What runs for real:
+sglang's communicator.apply_flashinfer_allreduce_fusion and ServerArgs' auto-enable logic for DeepSeek-V3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+DSV3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 1024,
+    "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 64, "kv_lora_rank": 64,
+    "qk_rope_head_dim": 32, "qk_nope_head_dim": 32, "v_head_dim": 32, "n_routed_experts": 8,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5, "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 4096,
+    "rope_theta": 10000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+def gate(capability: tuple[int, int], fusion_flag: bool, tokens: int = 3, tp: int = 8) -> dict:
+    """Is fusion applied on this GPU generation? The communicator module is (re)loaded after the simulated
+    capability is set: its SM predicates are module-level constants computed at import."""
+    import importlib
+    import sys
+
+    from support import fi_comm
+    from support.cuda_sim import simulate_cuda
+
+    simulate_cuda(capability=tuple(capability), device_count=tp)
+    if "flashinfer.comm" not in sys.modules or not hasattr(sys.modules["flashinfer.comm"], "workspace_calls"):
+        fi_comm.install()
+    from support.scenarios_fusion import default_server_args
+
+    default_server_args(enable_flashinfer_allreduce_fusion=fusion_flag, tp_size=tp)
+    from sglang.srt.layers import communicator
+
+    communicator = importlib.reload(communicator)
+    return {"gate": bool(communicator.apply_flashinfer_allreduce_fusion(tokens))}
+
+
+def gate_cases(cases: list[dict]) -> list[dict]:
+    return [gate(**c) for c in cases]
+
+
+def auto_enable(capability: tuple[int, int], tp: int = 8) -> dict:
+    """Does ServerArgs turn fusion on by itself for a DeepSeek-V3 model on this GPU generation?"""
+    from support import fi_comm
+    from support.cuda_sim import simulate_cuda
+
+    simulate_cuda(capability=tuple(capability), device_count=tp)
+    if "flashinfer.comm" not in sys.modules:
+        fi_comm.install()
+    from support.scenarios_fusion import default_server_args
+
+    model_dir = tempfile.mkdtemp(prefix="dsv3-config-")
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(DSV3_CONFIG, f)
+    args = default_server_args(model_path=model_dir, tokenizer_path=model_dir, tp_size=tp,
+                               enable_flashinfer_allreduce_fusion=False)
+    args._handle_model_specific_adjustments()
+    return {"auto_enabled": bool(args.enable_flashinfer_allreduce_fusion)}

@@ -1,0 +1,72 @@
+"""Run a scenario on N CPU ranks with sglang's real distributed setup (gloo), for patches whose behaviour only
+shows at TP > 1 (an all-reduce that is or is not performed). Used from inside probes:
+
+    from support.tp import run_tp
+    results = run_tp(2, "support.scenarios_fusion:rmsnorm_fallback", {"hidden": 64})
+
+Each rank runs `fn(rank, world_size, **kwargs)` after sglang's init_distributed_environment +
+initialize_model_parallel(tensor_model_parallel_size=N) (or, with sglang_init=False, a plain gloo
+torch.distributed group); the list of per-rank return values (JSON-able) is
+returned. A rank that raises makes run_tp raise with its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import traceback
+
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, queue, sglang_init: bool) -> None:
+    try:
+        init = f"tcp://127.0.0.1:{port}"
+        if sglang_init:
+            from sglang.srt.distributed.parallel_state import (
+                init_distributed_environment,
+                initialize_model_parallel,
+            )
+
+            init_distributed_environment(world_size=world_size, rank=rank, local_rank=rank,
+                                         distributed_init_method=init, backend="gloo")
+            initialize_model_parallel(tensor_model_parallel_size=world_size)
+        else:
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo", init_method=init, world_size=world_size, rank=rank)
+        mod_name, fn_name = target.split(":")
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+        queue.put((rank, "ok", fn(rank, world_size, **kwargs)))
+    except BaseException:
+        queue.put((rank, "error", traceback.format_exc()))
+
+
+def run_tp(world_size: int, target: str, kwargs: dict | None = None, timeout: float = 180,
+           sglang_init: bool = True) -> list:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world_size, port, target, kwargs or {}, queue, sglang_init))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    try:
+        for _ in range(world_size):
+            rank, status, value = queue.get(timeout=timeout)
+            if status == "error":
+                raise RuntimeError(f"rank {rank} failed:\n{value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(world_size)]

@@ -1,0 +1,89 @@
+"""Upstream trees at a chosen point of a series, for per-patch tests.
+
+    tree(base, package, upto=k)  -> site dir holding the package with the first k patches applied
+    built_tree(base, package)    -> site dir unpacked from the wheel `sglang-blackwell build` writes
+
+A patch's test must pass on the built tree and fail on the tree made of the patches before it
+(test/unit/patches: `assert_needs_patch`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+from sglang_blackwell.apply import apply_series
+from sglang_blackwell.bases import Base, get_base
+from sglang_blackwell.build import build, series_for
+from sglang_blackwell.fetch import fetch
+from sglang_blackwell.layouts import get_layout
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class TreeFactory:
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self._built: dict[str, Path] = {}
+
+    def _upstream_wheel(self, base: Base, package: str) -> Path:
+        pkg = base.package(package)
+        arts = pkg.files_for("3.11") or pkg.files_for(None)
+        return fetch(arts[0])
+
+    def tree(self, base_name: str, package: str, upto: int) -> Path:
+        """The package's files with the first `upto` patches of its series applied (0 = upstream)."""
+        base = get_base(base_name)
+        dest = self.workdir / base_name / package / f"upto-{upto}"
+        if dest.exists():
+            return dest
+        series = series_for(base, package)
+        layout = get_layout(base.package(package).package)
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(self._upstream_wheel(base, package)) as z:
+            z.extractall(tmp)
+        files = {}
+        for p in series.patches[:upto]:
+            for fd in p.files:
+                for gp in (fd.old_path, fd.new_path):
+                    if gp and gp not in files:
+                        f = tmp / layout.git_to_wheel(gp)
+                        if f.exists():
+                            files[gp] = f.read_bytes()
+        before = set(files)
+        apply_series(series.patches[:upto], files)
+        for gp in before - set(files):
+            (tmp / layout.git_to_wheel(gp)).unlink()
+        for gp, data in files.items():
+            target = tmp / layout.git_to_wheel(gp)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        tmp.rename(dest)
+        return dest
+
+    def built_tree(self, base_name: str, package: str) -> Path:
+        """The package as `sglang-blackwell build` ships it (the whole series), unpacked."""
+        base = get_base(base_name)
+        key = f"{base_name}/{package}"
+        if key not in self._built:
+            dist = self.workdir / base_name / "dist"
+            if not dist.exists():
+                build(base, dist, python="3.11")
+            dest = self.workdir / base_name / package / "built"
+            if not dest.exists():
+                dist_name = base.package(package).distribution.replace("-", "_")
+                wheel = next(dist.glob(f"{dist_name}-*.whl"))
+                with zipfile.ZipFile(wheel) as z:
+                    z.extractall(dest)
+            self._built[key] = dest
+        return self._built[key]
+
+    def patch_index(self, base_name: str, package: str, logical_id: str) -> int | None:
+        """Position of the patch with this Logical-Id in the series, or None if the base does not carry it."""
+        series = series_for(get_base(base_name), package)
+        for i, p in enumerate(series.patches):
+            if p.logical_id == logical_id:
+                return i
+        return None

@@ -1,0 +1,71 @@
+"""Per-patch tests run the patched wheel's own code in fresh interpreters (support/probe.py), against:
+
+  with    - the trees `sglang-blackwell build` ships for the base (whole series applied)
+  without - the tree with only the patches *before* this one (so the test must fail there)
+  upstream - the unpatched release, for bases where upstream already has the change (the patch is dropped)
+
+`assert_needs_patch` checks both directions: no problems with the patch, at least one without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+TEST_ROOT = Path(__file__).resolve().parents[2]
+if str(TEST_ROOT) not in sys.path:
+    sys.path.insert(0, str(TEST_ROOT))
+
+from support.probe import run_probe  # noqa: E402
+from support.trees import TreeFactory  # noqa: E402
+
+from sglang_blackwell.bases import list_bases  # noqa: E402
+from sglang_blackwell.build import series_for  # noqa: E402
+
+PACKAGES = ("sglang", "flashinfer")
+
+
+def carrying(logical_id: str) -> list[str]:
+    """Bases whose series carries the patch with this Logical-Id."""
+    out = []
+    for b in list_bases():
+        for pkg in b.patched:
+            if any(p.logical_id == logical_id for p in series_for(b, pkg.package).patches):
+                out.append(b.name)
+    return out
+
+
+class PatchTrees:
+    def __init__(self, factory: TreeFactory):
+        self.f = factory
+
+    def _locate(self, base: str, logical_id: str) -> tuple[str, int]:
+        for pkg in PACKAGES:
+            idx = self.f.patch_index(base, pkg, logical_id)
+            if idx is not None:
+                return pkg, idx
+        raise LookupError(f"base {base} carries no patch {logical_id}")
+
+    def with_patch(self, base: str) -> list[Path]:
+        return [self.f.built_tree(base, pkg) for pkg in PACKAGES]
+
+    def without_patch(self, base: str, logical_id: str) -> list[Path]:
+        pkg, idx = self._locate(base, logical_id)
+        return [self.f.tree(base, p, idx) if p == pkg else self.f.built_tree(base, p) for p in PACKAGES]
+
+    def assert_needs_patch(self, base: str, logical_id: str, code: str, problems: Callable[[dict], list[str]],
+                           env: dict | None = None) -> dict:
+        good = run_probe(self.with_patch(base), code, env=env)
+        assert problems(good) == [], f"{base} with {logical_id}: {problems(good)} (probe said {good})"
+        bad = run_probe(self.without_patch(base, logical_id), code, env=env)
+        assert problems(bad), (f"{base} without {logical_id}: the test passes anyway (probe said {bad}); "
+                               "it cannot detect the bug the patch fixes")
+        return {"with": good, "without": bad}
+
+
+@pytest.fixture(scope="session")
+def patch_trees(tmp_path_factory) -> PatchTrees:
+    return PatchTrees(TreeFactory(tmp_path_factory.mktemp("trees")))
