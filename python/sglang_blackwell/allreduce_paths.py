@@ -1,6 +1,6 @@
-"""Which all-reduce path SGLang would take on this box, per message size: derived from the installed sglang and
-flashinfer (read as files, never imported) plus the topology. Plain data, one rule per backend, so a new backend
-or a new upstream version is one more entry.
+"""Which all-reduce path SGLang would take on this box, per message size: derived from the installed sglang
+and flashinfer (read as files, never imported) plus the topology. Plain data, one rule per backend, so a new
+backend or a new upstream version is one more entry.
 
 Dispatch order in SGLang's GroupCoordinator (0.5.9 .. 0.5.23, `parallel_state.py`): custom all-reduce ->
 PCIe-IPC (0.5.23+) -> mscclpp -> torch symm-mem -> NCCL. Separately, the FlashInfer fused
@@ -49,7 +49,7 @@ class Facts:
     fusion_max_tokens: int | None = 2048
     fusion_flag: str = "--flashinfer-allreduce-fusion-backend trtllm"
     env: dict[str, str] = field(default_factory=dict)
-    hidden: int = 7168  # model hidden size (Kimi-K2.5 / DeepSeek-V3), bf16: sizes -> tokens for the fusion rule
+    hidden: int = 7168  # model hidden size (Kimi-K2.5, DeepSeek-V3): bf16 bytes -> tokens for fusion
 
     @property
     def major(self) -> int | None:
@@ -81,18 +81,21 @@ def _ver(v: str | None) -> Version | None:
         return None
 
 
+def _set(b: Backend, usable: bool, why: str) -> Backend:
+    b.usable, b.why = usable, why
+    return b
+
+
 def custom_allreduce(f: Facts) -> Backend:
     b = Backend("custom_ar", "sglang custom all-reduce (IPC, one-shot/two-shot)", "default", None, "",
                 f.custom_ar_max)
     if f.tp > 2 and not f.all_nvlink:
-        b.usable, b.why = False, f"disabled: {f.tp} GPUs without full NVLink (sglang: 'not supported on more " \
-                                   "than two PCIe-only GPUs')"
-    elif f.all_p2p is False:
-        b.usable, b.why = False, "disabled: no P2P access between the GPUs"
-    else:
-        b.usable = True
-        b.why = ("TP=2" if f.tp == 2 and not f.all_nvlink else "full NVLink") + f", messages <= {_fmt(f.custom_ar_max)}"
-    return b
+        return _set(b, False, f"disabled: {f.tp} GPUs without full NVLink (sglang: 'not supported on more "
+                              "than two PCIe-only GPUs')")
+    if f.all_p2p is False:
+        return _set(b, False, "disabled: no P2P access between the GPUs")
+    why = "TP=2" if f.tp == 2 and not f.all_nvlink else "full NVLink"
+    return _set(b, True, f"{why}, messages <= {_fmt(f.custom_ar_max)}")
 
 
 def pcie_ipc(f: Facts) -> Backend:
@@ -100,31 +103,26 @@ def pcie_ipc(f: Facts) -> Backend:
                 None, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1")
     fi = _ver(f.flashinfer)
     if not f.has_pcie_ipc:
-        b.usable, b.why = False, "this sglang has no pcie_ipc_ar backend (upstream 0.5.23+)"
-    elif fi is None or fi < Version("0.7.0"):
-        b.usable, b.why = False, f"needs flashinfer >= 0.7.0 (installed: {f.flashinfer or 'none'})"
-    elif f.tp not in (2, 4, 8):
-        b.usable, b.why = False, f"world size {f.tp} (needs 2, 4 or 8)"
-    elif f.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "").lower() not in TRUTHY:
-        b.usable, b.why = False, "off: SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is not set"
-    else:
-        b.mode, b.usable = "default", True
-        b.why = "enabled by SGLANG_ENABLE_PCIE_IPC_ALLREDUCE; bf16, up to its workspace (cuda-graph max bs x " \
-                "draft tokens x hidden, SGLANG_PCIE_IPC_MAX_NUMEL)"
-    return b
+        return _set(b, False, "this sglang has no pcie_ipc_ar backend (upstream 0.5.23+)")
+    if fi is None or fi < Version("0.7.0"):
+        return _set(b, False, f"needs flashinfer >= 0.7.0 (installed: {f.flashinfer or 'none'})")
+    if f.tp not in (2, 4, 8):
+        return _set(b, False, f"world size {f.tp} (needs 2, 4 or 8)")
+    if f.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "").lower() not in TRUTHY:
+        return _set(b, True, "off: SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is not set")
+    b.mode = "default"
+    return _set(b, True, "enabled by SGLANG_ENABLE_PCIE_IPC_ALLREDUCE; bf16, up to its workspace "
+                         "(cuda-graph max bs x draft tokens x hidden, SGLANG_PCIE_IPC_MAX_NUMEL)")
 
 
 def mscclpp(f: Facts) -> Backend:
     b = Backend("mscclpp", "mscclpp one-shot LL (CUDA graph only)", "opt-in", None, "", MSCCLPP_MAX,
                 "--enable-mscclpp")
     if f.tp not in (8, 16):
-        b.usable, b.why = False, f"world size {f.tp} (needs 8 or 16)"
-    elif f.all_p2p is False:
-        b.usable, b.why = False, "needs P2P access between the GPUs"
-    else:
-        b.usable, b.why = True, f"would take messages <= {_fmt(MSCCLPP_MAX)} (untested on PCIe: benchmark " \
-                                  "first)"
-    return b
+        return _set(b, False, f"world size {f.tp} (needs 8 or 16)")
+    if f.all_p2p is False:
+        return _set(b, False, "needs P2P access between the GPUs")
+    return _set(b, True, f"would take messages <= {_fmt(MSCCLPP_MAX)} (untested on PCIe: benchmark first)")
 
 
 def torch_symm_mem(f: Facts) -> Backend:
@@ -132,49 +130,45 @@ def torch_symm_mem(f: Facts) -> Backend:
                 "--enable-torch-symm-mem")
     table = f.symm_mem_max.get(f.major or -1)
     p6 = "P6" in f.sglang_patches
+    no_multicast = f.multicast is not True
     if f.major is None:
-        b.usable, b.why = False, "no GPU"
-    elif table is None and not p6:
-        b.usable, b.why = False, f"sglang's TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has no entry for capability " \
-                                   f"{f.major} (patch P6 adds it)"
-    elif table is not None and f.tp not in table:
-        b.usable, b.why = False, f"world size {f.tp} not in sglang's table for capability {f.major}"
-    elif f.multicast is not True and not p6:
-        b.usable, b.why = False, "needs multicast (sglang disables it when multicast_ptr == 0; patch P6 adds a " \
-                                   "non-multicast path)"
-    elif f.multicast is not True and f.all_native_atomics is not True:
-        b.usable, b.why = False, "non-multicast path needs native P2P atomics (symm-mem barriers), which " \
-                                   "these links do not report"
-    else:
-        b.max_bytes = table.get(f.tp) if table else None
-        b.usable = True
-        b.why = f"would take messages < {_fmt(b.max_bytes) if b.max_bytes else 'its size cap'}" + (
-            " (non-multicast path of patch P6)" if f.multicast is not True else "")
-    return b
+        return _set(b, False, "no GPU")
+    if table is None and not p6:
+        return _set(b, False, f"sglang's TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES has no entry for capability "
+                              f"{f.major} (patch P6 adds it)")
+    if table is not None and f.tp not in table:
+        return _set(b, False, f"world size {f.tp} not in sglang's table for capability {f.major}")
+    if no_multicast and not p6:
+        return _set(b, False, "needs multicast (sglang disables it when multicast_ptr == 0; patch P6 adds a "
+                              "non-multicast path)")
+    if no_multicast and f.all_native_atomics is not True:
+        return _set(b, False, "the non-multicast path needs native P2P atomics (symm-mem barriers), which "
+                              "these links do not report")
+    b.max_bytes = table.get(f.tp) if table else None
+    cap = _fmt(b.max_bytes) if b.max_bytes else "its size cap"
+    return _set(b, True, f"would take messages < {cap}" + (" (non-multicast path, patch P6)" if no_multicast
+                                                            else ""))
 
 
 def fused_ar_norm(f: Facts) -> Backend:
-    b = Backend("flashinfer_fusion", "FlashInfer fused all-reduce + residual + RMSNorm (trtllm, one-shot Lamport)",
+    b = Backend("flashinfer_fusion", "FlashInfer fused all-reduce + residual + RMSNorm (trtllm one-shot)",
                 "default", None, "", None, f.fusion_flag)
-    major = f.major
-    if major is None:
-        b.usable, b.why = False, "no GPU"
-    elif f.flashinfer is None:
-        b.usable, b.why = False, "flashinfer not installed"
-    elif f.trtllm_comm_accepts is False:
-        b.usable, b.why = False, f"flashinfer's trtllm_comm JIT rejects capability {f.capability} (patch P1 / " \
-                                   "flashinfer >= 0.6.17)"
-    elif major in (9, 10):
-        b.usable = True
-        b.why = f"auto-enabled on SM{major}0 for supported models at TP>1, batches <= {f.fusion_max_tokens} tokens"
-    elif major == 12 and "P2" in f.sglang_patches:
-        b.mode, b.usable = "opt-in", True
-        b.why = f"opt-in on SM12x ({f.fusion_flag}; patch P2), never auto-enabled: TP4 on PCIe regressed " \
-                "upstream (sglang PR #32330)"
-    else:
-        b.usable, b.why = False, f"sglang's fusion gate allows SM90/SM100 only (capability {f.capability}; " \
-                                   "patch P2 adds an SM12x opt-in)"
-    return b
+    if f.major is None:
+        return _set(b, False, "no GPU")
+    if f.flashinfer is None:
+        return _set(b, False, "flashinfer not installed")
+    if f.trtllm_comm_accepts is False:
+        return _set(b, False, f"flashinfer's trtllm_comm JIT rejects capability {f.capability} (patch P1 / "
+                              "flashinfer >= 0.6.17)")
+    if f.major in (9, 10):
+        return _set(b, True, f"auto-enabled on SM{f.major}0 for supported models at TP>1, batches <= "
+                             f"{f.fusion_max_tokens} tokens")
+    if f.major == 12 and "P2" in f.sglang_patches:
+        b.mode = "opt-in"
+        return _set(b, True, f"opt-in on SM12x ({f.fusion_flag}; patch P2), never auto-enabled: TP4 on PCIe "
+                             "regressed upstream (sglang PR #32330)")
+    return _set(b, False, f"sglang's fusion gate allows SM90/SM100 only (capability {f.capability}; patch P2 "
+                          "adds an SM12x opt-in)")
 
 
 def nccl(f: Facts) -> Backend:
@@ -194,7 +188,7 @@ def plan(f: Facts) -> dict[str, Any]:
         path = next(b for b in backends if b.takes(nbytes))
         opt = [b.id for b in backends if b.mode == "opt-in" and b.fits(nbytes)]
         tokens = nbytes // (2 * f.hidden)
-        fused = (fusion.mode != "opt-in" and bool(fusion.usable) and 1 <= tokens
+        fused = (fusion.mode != "opt-in" and bool(fusion.usable) and tokens >= 1
                  and (f.fusion_max_tokens is None or tokens <= f.fusion_max_tokens))
         by_size.append({"bytes": nbytes, "label": label, "path": path.id, "opt_in_candidates": opt,
                         "tokens": tokens, "fused_in_layers": fused})
@@ -221,7 +215,7 @@ def _eval_int(node: ast.AST, names: dict[str, Any]) -> Any:
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         return _OPS[type(node.op)](_eval_int(node.left, names), _eval_int(node.right, names))
     if isinstance(node, ast.Dict):
-        return {_eval_int(k, names): _eval_int(v, names) for k, v in zip(node.keys, node.values)}
+        return {_eval_int(k, names): _eval_int(v, names) for k, v in zip(node.keys, node.values, strict=True)}
     raise ValueError(ast.dump(node))
 
 
@@ -238,7 +232,8 @@ def module_constants(path: Path, wanted: set[str]) -> dict[str, Any]:
         for node in body:
             if isinstance(node, ast.ClassDef):
                 visit(node.body)
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+                  and isinstance(node.targets[0], ast.Name)):
                 try:
                     val = _eval_int(node.value, names)
                 except (ValueError, TypeError, KeyError):
@@ -263,8 +258,8 @@ def package_dir(name: str) -> Path | None:
 
 
 def sglang_facts(root: Path | None = None) -> dict[str, Any]:
-    """What the installed sglang's own files say: custom AR max size, symm-mem table, PCIe-IPC presence, fusion
-    limits and flag spelling."""
+    """What the installed sglang's own files say: custom AR max size, symm-mem table, PCIe-IPC presence,
+    fusion limits and flag spelling."""
     root = root or package_dir("sglang")
     if root is None:
         return {}

@@ -193,12 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist", default="dist")
     p.set_defaults(fn=cmd_index)
 
-    p = sub.add_parser("nccl", help="NCCL tuning profile applied at every interpreter start of an environment",
-                       description="show: effective NCCL variables and where each comes from; install: write the "
-                       "managed block (sitecustomize.py, or a .pth hook where a system sitecustomize shadows it); "
-                       "uninstall: restore the files byte for byte")
+    p = sub.add_parser("nccl", help="NCCL tuning applied at every interpreter start of an environment",
+                       description="show: the NCCL variables a fresh interpreter gets and where each comes "
+                       "from; install: write the managed block (sitecustomize.py, or a .pth hook where a "
+                       "system sitecustomize shadows it); uninstall: restore the files byte for byte")
     p.add_argument("action", choices=["show", "install", "uninstall"])
-    p.add_argument("--profile", help="profile name or 'auto' (install default: auto, resolved now and recorded)")
+    p.add_argument("--profile", help="profile name or 'auto' (install default: auto, resolved and recorded)")
     p.add_argument("--python", help="interpreter of the target environment (default: this one)")
     p.add_argument("--hook", default="auto", choices=["auto", "sitecustomize", "pth"],
                    help="install: where the block goes (default: sitecustomize unless shadowed, then pth)")
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="what works on this box and why not, each failing item with its fix")
     p.add_argument("--json", action="store_true", help="print the doctor receipt (JSON) instead of text")
-    p.add_argument("--out", help="also write the receipt to this file (e.g. benchmark/results/doctor-<box>.json)")
+    p.add_argument("--out", help="also write the receipt to this file (benchmark/results/doctor-<box>.json)")
     p.add_argument("--python", help="interpreter whose NCCL startup hook to inspect (default: this one)")
     p.add_argument("--tp", type=int, help="tensor-parallel size for the all-reduce plan (default: GPU count)")
     p.set_defaults(fn=cmd_doctor)

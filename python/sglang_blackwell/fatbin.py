@@ -1,8 +1,8 @@
 """Which SASS and PTX architectures a CUDA binary holds, read from the file itself (no cuobjdump needed).
 
-Understands: ELF host objects and shared libraries (.o, .so) with `.nv_fatbin` / `__nv_relfatbin` sections, bare
-fatbin files (`nvcc -fatbin`), and cubins (`nvcc -cubin`, ELF machine EM_CUDA). Only headers are read, with seeks,
-so a 400 MB kernel library costs a few KB of I/O.
+Understands: ELF host objects and shared libraries (.o, .so) with `.nv_fatbin` / `__nv_relfatbin`
+sections, bare fatbin files (`nvcc -fatbin`), and cubins (`nvcc -cubin`, ELF machine EM_CUDA). Only headers
+are read, with seeks, so a 400 MB kernel library costs a few KB of I/O.
 
 Fatbin layout (as produced by nvcc 12/13): containers of
     u32 magic 0xBA55ED50, u16 version, u16 header_size, u64 payload_size
@@ -157,8 +157,9 @@ def parse_fatbin(f: BinaryIO, start: int, size: int, where: str) -> list[FatbinE
                 raise UserError(f"{where}: fatbin entry at offset {q} is malformed "
                                 f"(header {ehs} B, payload {esize} B, container ends at {cend})")
             if kind in (KIND_PTX, KIND_ELF):
-                out.append(FatbinEntry("ptx" if kind == KIND_PTX else "sass", Arch(arch, _suffix(flags)), esize,
-                                       bool(flags & FLAG_COMPRESSED)))
+                kind_name = "ptx" if kind == KIND_PTX else "sass"
+                compressed = bool(flags & FLAG_COMPRESSED)
+                out.append(FatbinEntry(kind_name, Arch(arch, _suffix(flags)), esize, compressed))
             q += ehs + esize
         pos = cend
     return out
@@ -193,7 +194,7 @@ _PTXAS_ARCH = re.compile(rb"-arch sm_(\d+)([af]?)\b")
 
 def _cubin_arch(f: BinaryIO, e_flags: int, path: Path) -> Arch:
     number = (e_flags >> 8) & 0xFF  # nvcc >= 12 cubins (EI_ABIVERSION 8): SM number in bits 8..15
-    # the 'a'/'f' suffix is not in e_flags; ptxas records its command line ("-arch sm_120a -m 64") in the cubin
+    # the 'a'/'f' suffix is not in e_flags; ptxas records its options ("-arch sm_120a -m 64") in the cubin
     size = path.stat().st_size
     suffix = ""
     if size <= 64 << 20:

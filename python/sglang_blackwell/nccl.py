@@ -1,6 +1,6 @@
-"""NCCL tuning profiles as data (nccl_profiles.toml): load and validate them, resolve `auto` from the topology,
-render a profile as an NCCL_CONF_FILE, and say where each NCCL variable a fresh process gets comes from
-(user / the managed block / an nccl.conf file / NCCL's default).
+"""NCCL tuning profiles as data (nccl_profiles.toml): load and validate them, resolve `auto` from the
+topology, render a profile as an NCCL_CONF_FILE, and say where each NCCL variable a fresh process gets comes
+from (user / the managed block / an nccl.conf file / NCCL's default).
 
 Installing a profile into an environment is sitehook.py's job; this module never touches files."""
 
@@ -30,9 +30,9 @@ APPLIED_ENV = "SGLANG_BLACKWELL_NCCL_APPLIED"  # keys the managed block set in t
 OFF_VALUES = ("0", "false", "off", "no")
 # NCCL's env docs list these under "Debugging": not for production, not to be retained in scripts
 DEBUG_KNOBS = ("NCCL_PROTO", "NCCL_ALGO")
-DEBUG_NOTE = ("NCCL documents NCCL_PROTO and NCCL_ALGO as debugging knobs (\"should not be used in production nor "
-              "retained in scripts\"): keep them only where `sglang-blackwell bench allreduce` shows they help on "
-              "this box, per message size.")
+DEBUG_NOTE = ("NCCL documents NCCL_PROTO and NCCL_ALGO as debugging knobs (\"should not be used in "
+              "production nor retained in scripts\"): keep them only where `sglang-blackwell bench "
+              "allreduce` shows they help on this box, per message size.")
 PROFILE_KEYS = {"description", "fits", "auto_for", "provenance", "env"}
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -102,7 +102,8 @@ def load_profiles(path: Path | str | None = None) -> dict[str, Profile]:
         fits = _classes(path, where, "fits", p["fits"])
         auto_for = _classes(path, where, "auto_for", p.get("auto_for", []))
         if not set(auto_for) <= set(fits):
-            raise _bad(path, f"{where}: key 'auto_for' {list(auto_for)} names classes outside 'fits' {list(fits)}")
+            raise _bad(path, f"{where}: key 'auto_for' {list(auto_for)} names classes outside "
+                             f"'fits' {list(fits)}")
         env_raw = p.get("env", {})
         if not isinstance(env_raw, dict):
             raise _bad(path, f"{where}: key 'env' must be a table of VARIABLE = \"value\"")
@@ -117,13 +118,13 @@ def load_profiles(path: Path | str | None = None) -> dict[str, Profile]:
             if not v.isascii() or not v.isprintable():
                 raise _bad(path, f"{where}: env key {k!r}: value {v!r} must be printable ASCII")
             env[k] = v
-        profiles[name] = Profile(name, p["description"].strip(), fits, auto_for, " ".join(p["provenance"].split()),
-                                 env)
+        provenance = " ".join(p["provenance"].split())
+        profiles[name] = Profile(name, p["description"].strip(), fits, auto_for, provenance, env)
     for cls in CLASSES:
         autos = [n for n, p in profiles.items() if cls in p.auto_for]
         if len(autos) != 1:
-            raise _bad(path, f"topology class {cls!r} must have exactly one profile whose 'auto_for' lists it; "
-                             f"found {autos or 'none'}")
+            raise _bad(path, f"topology class {cls!r} must have exactly one profile whose 'auto_for' lists "
+                             f"it; found {autos or 'none'}")
     return profiles
 
 
@@ -152,7 +153,8 @@ def resolve(requested: str, topology: Topology, profiles: dict[str, Profile]) ->
                "pcie": f"{topology.gpu_count} GPUs on PCIe only"}[cls]
         return Resolution(prof, AUTO, cls, summary, f"auto -> {prof.name}: {why}")
     if requested not in profiles:
-        raise UserError(f"--profile {requested}: unknown profile (known: {', '.join(profile_names(profiles))})")
+        known = ", ".join(profile_names(profiles))
+        raise UserError(f"--profile {requested}: unknown profile (known: {known})")
     prof = profiles[requested]
     fit = "fits" if prof.fits_class(cls) else f"does NOT fit (it is for {', '.join(prof.fits)})"
     return Resolution(prof, requested, cls, summary, f"{prof.name} {fit} this machine's class {cls!r}")
@@ -204,7 +206,8 @@ class EnvRow:
 
 
 def effective_env(fresh: dict[str, str], user: dict[str, str], *, block_env: dict[str, str] | None,
-                  hook: str | None, extra_keys: list[str] = (), files: list[Path] | None = None) -> list[EnvRow]:
+                  hook: str | None, extra_keys: list[str] = (),
+                  files: list[Path] | None = None) -> list[EnvRow]:
     """Where each NCCL variable of a fresh interpreter comes from.
 
     fresh: NCCL_*/SGLANG_BLACKWELL_* of a fresh interpreter of the target environment (its managed block ran);

@@ -12,6 +12,7 @@ Writes happen under an exclusive lock on the site-packages directory, through a 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -102,8 +103,8 @@ class Target:
 
     def to_dict(self) -> dict[str, Any]:
         return {"python": self.python, "executable": self.executable, "version": self.version,
-                "prefix": self.prefix, "site_packages": str(self.purelib), "sitecustomize": self.sitecustomize,
-                "shadowed_by": self.shadow}
+                "prefix": self.prefix, "site_packages": str(self.purelib),
+                "sitecustomize": self.sitecustomize, "shadowed_by": self.shadow}
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -145,7 +146,7 @@ def render_block(meta: dict[str, Any], env: dict[str, str]) -> bytes:
         BEGIN.decode() + " (managed: `sglang-blackwell nccl uninstall` removes it; edits here are lost)",
         META.decode() + json.dumps(meta, sort_keys=True),
         "def _sglang_blackwell_nccl(environ):",
-        f"    # NCCL profile {meta['profile']!r}: values already in the environment win; {KILL_SWITCH}=0 disables",
+        f"    # NCCL profile {meta['profile']!r}: values already set win; {KILL_SWITCH}=0 disables it",
         f"    if environ.get({KILL_SWITCH!r}, '').strip().lower() in ({off}):",
         "        return",
         f"    applied = [k for k in environ.get({APPLIED_ENV!r}, '').split(',') if k]",
@@ -189,8 +190,8 @@ def find_block(data: bytes, where: str) -> Block | None:
     except ValueError:
         meta = None
     if not isinstance(meta, dict) or "profile" not in meta:
-        raise UserError(f"{where}: the sglang-blackwell managed block has no readable '{META.decode().strip()}' "
-                        "line; remove the block by hand, then install again")
+        raise UserError(f"{where}: the sglang-blackwell managed block has no readable "
+                        f"'{META.decode().strip()}' line; remove the block by hand, then install again")
     return Block(starts[0], ends[0], meta)
 
 
@@ -228,8 +229,8 @@ def locked(directory: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise UserError(f"{directory}: another sglang-blackwell nccl install/uninstall holds the lock "
-                                    f"for more than {timeout:.0f} s") from None
+                    raise UserError(f"{directory}: another sglang-blackwell nccl install/uninstall holds the "
+                                    f"lock for more than {timeout:.0f} s") from None
                 time.sleep(0.02)
         yield
     finally:
@@ -273,10 +274,8 @@ def _drop_bytecode(path: Path) -> None:
     if path.suffix != ".py":
         return
     for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
-        try:
+        with contextlib.suppress(OSError):
             pyc.unlink()
-        except OSError:
-            pass
 
 
 def _umask() -> int:
@@ -312,9 +311,10 @@ class Installed:
         return {k: v for k, v in self.meta.get("env", [])}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hook": self.hook, "path": str(self.path), "active": self.active, "why_inactive": self.why_inactive,
-                "profile": self.profile, "requested": self.meta.get("requested"),
-                "class": self.meta.get("class"), "topology": self.meta.get("topology"), "env": self.env}
+        return {"hook": self.hook, "path": str(self.path), "active": self.active,
+                "why_inactive": self.why_inactive, "profile": self.profile,
+                "requested": self.meta.get("requested"), "class": self.meta.get("class"),
+                "topology": self.meta.get("topology"), "env": self.env}
 
 
 def installed(target: Target) -> list[Installed]:
@@ -332,7 +332,7 @@ def installed(target: Target) -> list[Installed]:
     if mod is not None:
         b = find_block(mod, str(target.module_path))
         if b is not None:
-            why = "" if target.pth_path.exists() else f"{target.pth_path.name} is missing, so nothing imports it"
+            why = "" if target.pth_path.exists() else f"{target.pth_path.name} is missing: nothing imports it"
             if not target.purelib_on_path:
                 why = f"{target.purelib} is not on sys.path"
             out.append(Installed("pth", target.module_path, b.meta, not why, why))
@@ -366,8 +366,8 @@ def choose_hook(target: Target, hook: str = "auto") -> tuple[str, str]:
         raise UserError(f"--hook {hook}: must be auto, sitecustomize or pth")
     shadow = target.shadow
     if hook == "sitecustomize" and shadow:
-        raise UserError(f"--hook sitecustomize: {shadow} shadows {target.sitecustomize_path}, which would never "
-                        "run; use --hook pth (the default picks it)")
+        raise UserError(f"--hook sitecustomize: {shadow} shadows {target.sitecustomize_path}, which would "
+                        "never run; use --hook pth (the default picks it)")
     if hook == "pth" or (hook == "auto" and shadow):
         why = (f"{shadow} shadows this environment's sitecustomize.py (a system Python's, e.g. Debian/Ubuntu)"
                if shadow else "requested with --hook pth")
@@ -375,7 +375,8 @@ def choose_hook(target: Target, hook: str = "auto") -> tuple[str, str]:
     return "sitecustomize", "no other sitecustomize comes first on sys.path"
 
 
-def install(target: Target, res: Resolution, hook: str = "auto", environ: dict[str, str] | None = None) -> Change:
+def install(target: Target, res: Resolution, hook: str = "auto",
+            environ: dict[str, str] | None = None) -> Change:
     """Write the block for `res` (replacing any earlier one), then, still under the lock, start a fresh
     interpreter of the target and check that it gets the profile. environ: the user's environment for that
     check (default: this process's, minus what a managed block set)."""
@@ -415,7 +416,7 @@ def install(target: Target, res: Resolution, hook: str = "auto", environ: dict[s
             if _read(pth_path) != pth:
                 _write_atomic(pth_path, pth)
                 written.append(pth_path)
-            if sc is not None:  # an earlier install into a sitecustomize.py that is not (or no longer) the one run
+            if sc is not None:  # an earlier install into a sitecustomize.py that does not (or no longer) run
                 r = _strip_sitecustomize(sc_path, sc)
                 (removed if r == "removed" else written).extend([sc_path] if r else [])
             where = f"{pth_path} -> {mod_path}"
@@ -425,8 +426,8 @@ def install(target: Target, res: Resolution, hook: str = "auto", environ: dict[s
     problems = []
     missing = [k for k in res.profile.env if k not in fresh]
     if missing and not kill_switch_engaged(fresh):
-        problems.append(f"a fresh {target.executable} does not get {missing} after the install: its startup does "
-                        f"not run {where} (try --hook pth)")
+        problems.append(f"a fresh {target.executable} does not get {missing} after the install: its startup "
+                        f"does not run {where} (try --hook pth)")
     msg = f"installed profile {res.profile.name} ({res.reason}) via {chosen}: {where}; {why}"
     return Change(chosen, written, removed, msg, [r for r in rows if r.key in res.profile.env], problems)
 
@@ -507,7 +508,7 @@ def state(python: str | None = None, *, profiles: dict | None = None, requested:
     if active and active.env:
         missing = [k for k in active.env if k not in target.environ]
         if missing and not kill_switch_engaged(target.environ):
-            problems.append(f"the block in {active.path} ran but {missing} are not set in a fresh interpreter")
+            problems.append(f"the block in {active.path} ran, yet a fresh interpreter lacks {missing}")
     return {
         "target": target.to_dict(),
         "installed": [b.to_dict() for b in blocks],
@@ -517,7 +518,8 @@ def state(python: str | None = None, *, profiles: dict | None = None, requested:
         "env": [r.to_dict() for r in rows],
         "profile": ({"requested": res.requested, "name": res.profile.name, "reason": res.reason,
                      "class": res.topology_class, "topology": res.topology, "env": dict(res.profile.env),
-                     "fits": res.profile.fits_class(res.topology_class), "debug_knobs": res.profile.debug_knobs,
-                     "provenance": res.profile.provenance} if res else None),
+                     "fits": res.profile.fits_class(res.topology_class),
+                     "debug_knobs": res.profile.debug_knobs, "provenance": res.profile.provenance}
+                    if res else None),
         "problems": problems,
     }

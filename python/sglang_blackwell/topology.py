@@ -1,10 +1,10 @@
-"""What GPUs this machine has and how they are connected: capability, link type per pair (NVLink / PCIe switch /
-host bridge / across NUMA), NUMA node, P2P access and native P2P atomics, multicast support.
+"""What GPUs this machine has and how they are connected: capability, link type per pair (NVLink / PCIe
+switch / host bridge / across NUMA), NUMA node, P2P access and native P2P atomics, multicast support.
 
 Sources: NVML (nvidia-ml-py) for GPUs, links, NUMA and NVML's P2P status; the CUDA driver API (libcuda through
-ctypes: cuInit, no context, no allocation) for P2P access, native P2P atomics and the multicast attribute, which
-NVML does not report. No torch. One `Topology` is shared by `doctor`, `nccl install --profile auto` and the
-benchmarks. On a machine without an NVIDIA GPU, `detect()` returns an empty topology that says why.
+ctypes: cuInit, no context, no allocation) for P2P access, native P2P atomics and the multicast attribute,
+which NVML does not report. No torch. One `Topology` is shared by `doctor`, `nccl install --profile auto` and
+the benchmarks. On a machine without an NVIDIA GPU, `detect()` returns an empty topology that says why.
 
 Simulation (tests, planning for another box): `Topology.from_dict()`, `Topology.simulated()`, or
 SGLANG_BLACKWELL_TOPOLOGY=<file.json> (a topology dict, or a doctor receipt holding one under "topology").
@@ -12,6 +12,7 @@ SGLANG_BLACKWELL_TOPOLOGY=<file.json> (a topology dict, or a doctor receipt hold
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -70,7 +71,7 @@ class GPU:
 
     @property
     def arch(self) -> str:
-        """SASS arch name as nvcc spells it for this GPU's arch-specific features ("sm_120a"; "sm_80" below 9)."""
+        """SASS arch as nvcc names this GPU's arch-specific target ("sm_120a"; "sm_80" below 9)."""
         return f"sm_{self.major}{self.minor}" + ("a" if self.major >= 9 else "")
 
 
@@ -185,7 +186,8 @@ class Topology:
         counts = self.link_counts()
         if all(k.startswith("NV") for k in counts):
             return ", ".join(f"{k} x{n}" if len(counts) > 1 else k for k, n in counts.items())
-        return ("mixed: " if self.has_nvlink else "PCIe: ") + ", ".join(f"{k} x{n}" for k, n in counts.items())
+        kinds = ", ".join(f"{k} x{n}" for k, n in counts.items())
+        return ("mixed: " if self.has_nvlink else "PCIe: ") + kinds
 
     def summary(self) -> str:
         if not self.gpus:
@@ -221,7 +223,8 @@ class Topology:
         for i, g in enumerate(self.gpus):
             cells = []
             for j in range(n):
-                cells.append(("X" if i == j else (self.link(i, j).kind if self.link(i, j) else "?")).ljust(width))
+                lk = self.link(i, j)
+                cells.append(("X" if i == j else lk.kind if lk else "?").ljust(width))
             numa = "-" if g.numa_node is None else str(g.numa_node)
             rows.append(f"GPU{i}".ljust(6) + "".join(cells) + numa)
         return rows
@@ -251,7 +254,8 @@ class Topology:
             try:
                 g.major, g.minor  # noqa: B018 - validates "M.m"
             except (ValueError, IndexError):
-                raise UserError(f"{where}: gpu {g.index}: capability {g.capability!r} is not 'major.minor'") from None
+                raise UserError(f"{where}: gpu {g.index}: capability {g.capability!r} is not "
+                                "'major.minor'") from None
         idx = {g.index for g in gpus}
         for lk in links:
             if lk.a not in idx or lk.b not in idx or lk.a == lk.b:
@@ -265,8 +269,8 @@ class Topology:
                   name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition") -> Topology:
         """A uniform n-GPU box (every pair the same link kind): the shapes the profiles are written for."""
         nvl = kind.startswith("NV")
-        gpus = [GPU(i, name, capability, f"0000:{0x18 + i:02x}:00.0", numa_node=0 if i < max(1, n // 2) else 1,
-                    multicast=multicast) for i in range(n)]
+        gpus = [GPU(i, name, capability, f"0000:{0x18 + i:02x}:00.0",
+                    numa_node=0 if i < max(1, n // 2) else 1, multicast=multicast) for i in range(n)]
         links = [Link(a, b, kind, nvlinks=int(kind[2:] or 1) if nvl else 0, p2p_read=p2p, p2p_write=p2p,
                       p2p_atomics=atomics, cuda_p2p_access=p2p, cuda_native_atomics=atomics)
                  for a in range(n) for b in range(a + 1, n)]
@@ -335,10 +339,8 @@ def detect(*, cuda: bool = True, environ: dict[str, str] | None = None) -> Topol
     try:
         topo = _detect_nvml(pynvml)
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
     if cuda and topo.gpus:
         _add_cuda_driver_facts(topo)
     return topo
@@ -473,10 +475,12 @@ def _add_cuda_driver_facts(topo: Topology) -> None:
     for lk in topo.links:
         if lk.a in ordinal_of and lk.b in ordinal_of:
             da, db = ordinal_of[lk.a], ordinal_of[lk.b]
-            access = [p2p_attr(CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, x, y) for x, y in ((da, db), (db, da))]
-            atomics = [p2p_attr(CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, x, y) for x, y in ((da, db), (db, da))]
+            both = ((da, db), (db, da))
+            access = [p2p_attr(CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, x, y) for x, y in both]
+            atomics = [p2p_attr(CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, x, y) for x, y in both]
             lk.cuda_p2p_access = _all(access)
             lk.cuda_native_atomics = _all(atomics)
     missing = [g.index for g in topo.gpus if g.index not in ordinal_of]
     if missing:
-        topo.notes.append(f"GPUs {missing} not visible to CUDA (CUDA_VISIBLE_DEVICES?): their P2P facts are NVML's")
+        topo.notes.append(f"GPUs {missing} not visible to CUDA (CUDA_VISIBLE_DEVICES?): their P2P facts are "
+                          "NVML's")

@@ -12,13 +12,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEBIAN_PYTHON = Path("/usr/bin/python3")
-NCCL_KEYS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS")
 PCIE_LL = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
            "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any NCCL_* / SGLANG_BLACKWELL_* (the test runner's own may have some)."""
+    """This process's environment without NCCL_* / SGLANG_BLACKWELL_* / PYTHON* (the runner may set some)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SGLANG_BLACKWELL_", "PYTHON"))}
     env.update(extra)
     return env
@@ -33,8 +32,8 @@ def make_venv(path: Path, base_python: str | os.PathLike = sys.executable) -> Pa
 
 def _base_interpreter(python: str) -> str:
     """venv refuses nothing, but a venv made from a venv's python links to that venv; use the real base."""
-    out = subprocess.run([python, "-c", "import sys; print(sys._base_executable)"], capture_output=True, text=True,
-                         check=True, env=clean_env())
+    out = subprocess.run([python, "-c", "import sys; print(sys._base_executable)"], capture_output=True,
+                         text=True, check=True, env=clean_env())
     return out.stdout.strip() or python
 
 
@@ -53,7 +52,8 @@ def debian_python() -> tuple[Path | None, str]:
     sc = Path(f"/usr/lib/python{ver}/sitecustomize.py")
     if not sc.exists():
         return None, f"{DEBIAN_PYTHON} (Python {ver}) has no {sc}: not a Debian/Ubuntu system Python"
-    r = subprocess.run([str(DEBIAN_PYTHON), "-c", "import venv, ensurepip"], capture_output=True, env=clean_env())
+    r = subprocess.run([str(DEBIAN_PYTHON), "-c", "import venv, ensurepip"], capture_output=True,
+                       env=clean_env())
     if r.returncode != 0:
         return None, f"{DEBIAN_PYTHON} lacks the venv module (apt-get install -y python3-venv)"
     return DEBIAN_PYTHON, ""
@@ -66,11 +66,13 @@ def cli(*args: str, env: dict[str, str] | None = None, check: bool = True, timeo
     r = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", *args], capture_output=True, text=True,
                        env=e, timeout=timeout)
     if check and r.returncode != 0:
-        raise AssertionError(f"sglang-blackwell {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        cmd = " ".join(args)
+        raise AssertionError(f"sglang-blackwell {cmd} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
     return r
 
 
-ENV_DUMP = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('NCCL_')}))"
+ENV_DUMP = ("import json, os; "
+            "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('NCCL_')}))")
 
 
 def fresh_env(python: Path, env: dict[str, str] | None = None) -> dict[str, str]:

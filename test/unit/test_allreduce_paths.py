@@ -1,5 +1,5 @@
-"""The all-reduce plan: which backend SGLang takes per message size, for simulated boxes (no GPU here; facts are
-simulated and say so), and the facts read from real upstream sglang files (fetched, pinned, verified)."""
+"""The all-reduce plan: which backend SGLang takes per message size, for simulated boxes (no GPU here; the
+facts are simulated), and the facts read from real upstream sglang files (fetched, pinned, verified)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from sglang_blackwell.allreduce_paths import MiB, Facts, module_constants, plan, sglang_facts
+from sglang_blackwell.allreduce_paths import Facts, MiB, module_constants, plan, sglang_facts
 
 SYMM_TABLE = {9: {2: 64 * MiB, 4: 64 * MiB, 6: 128 * MiB, 8: 128 * MiB},
               10: {2: 64 * MiB, 4: 64 * MiB, 6: 128 * MiB, 8: 128 * MiB}}
@@ -24,8 +24,8 @@ def backend(p, id):
 
 def test_target_box_unpatched_everything_is_nccl():
     """8x RTX PRO 6000 on PCIe with stock sglang 0.5.9 + flashinfer 0.6.4: what users saw."""
-    f = Facts(tp=8, capability="12.0", all_p2p=True, all_native_atomics=False, multicast=False, sglang="0.5.9",
-              flashinfer="0.6.4", trtllm_comm_accepts=False, symm_mem_max=SYMM_TABLE)
+    f = Facts(tp=8, capability="12.0", all_p2p=True, all_native_atomics=False, multicast=False,
+              sglang="0.5.9", flashinfer="0.6.4", trtllm_comm_accepts=False, symm_mem_max=SYMM_TABLE)
     p = plan(f)
     assert {r["path"] for r in p["by_size"]} == {"nccl"}
     assert "more than two PCIe-only GPUs" in backend(p, "custom_ar")["why"]
@@ -35,8 +35,9 @@ def test_target_box_unpatched_everything_is_nccl():
 
 
 def test_patched_target_box_offers_opt_ins_but_never_auto_fuses():
-    f = Facts(tp=8, capability="12.0", all_p2p=True, all_native_atomics=True, multicast=False, sglang="0.5.9",
-              sglang_patches=("P2", "P6"), flashinfer="0.6.4", trtllm_comm_accepts=True, symm_mem_max=SYMM_TABLE)
+    f = Facts(tp=8, capability="12.0", all_p2p=True, all_native_atomics=True, multicast=False,
+              sglang="0.5.9", sglang_patches=("P2", "P6"), flashinfer="0.6.4", trtllm_comm_accepts=True,
+              symm_mem_max=SYMM_TABLE)
     p = plan(f)
     assert path_at(p, VERIFY)["path"] == "nccl"
     assert "torch_symm_mem" in path_at(p, VERIFY)["opt_in_candidates"]

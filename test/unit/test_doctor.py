@@ -1,7 +1,7 @@
-"""`sglang-blackwell doctor`: runs for real on this CPU-only machine (no GPU: exit 0, items n/a), keeps a stable
-JSON schema, and gives each failing item a fix. GPU boxes are simulated through SGLANG_BLACKWELL_TOPOLOGY (said
-in every output); installed packages are real files: our wheels' dist-info marker, a kernel package holding an
-nvcc-compiled .so, and the pinned upstream flashinfer wheel."""
+"""`sglang-blackwell doctor`: runs for real on this CPU-only machine (no GPU: exit 0, items n/a), keeps a
+stable JSON schema, and gives each failing item a fix. GPU boxes are simulated (Topology.simulated or
+SGLANG_BLACKWELL_TOPOLOGY, said in every output); installed packages are real files: our wheels' dist-info
+marker, a kernel package holding an nvcc-compiled .so, and the pinned upstream flashinfer wheel."""
 
 from __future__ import annotations
 
@@ -21,18 +21,14 @@ from sglang_blackwell.doctor import (
     CHECK_KEYS,
     SCHEMA,
     Context,
-    acs_facts,
-    arch_covered,
     check_kernel_sass,
-    iommu_facts,
-    parse_lspci_acs,
     run_doctor,
     to_receipt,
-    trtllm_comm_probe,
-    upstream_bridges,
     validate_doctor,
 )
+from sglang_blackwell.hazards import acs_facts, iommu_facts, parse_lspci_acs, upstream_bridges
 from sglang_blackwell.receipts import ENVELOPE_KEYS
+from sglang_blackwell.stackinfo import arch_covered, trtllm_comm_probe
 from sglang_blackwell.topology import Topology
 
 
@@ -59,7 +55,7 @@ def sim(tmp_path: Path, topo: Topology, name: str = "box.json") -> dict[str, str
     return clean_env(SGLANG_BLACKWELL_TOPOLOGY=str(f))
 
 
-@pytest.mark.skipif(not _no_gpu_here(), reason="this machine has GPUs: the CPU-only behaviour cannot be shown")
+@pytest.mark.skipif(not _no_gpu_here(), reason="this machine has GPUs: CPU-only behaviour cannot be shown")
 def test_cpu_only_machine_runs_says_so_exits_zero(tmp_path):
     out = tmp_path / "doctor.json"
     rec, r = doctor_json("--out", str(out))
@@ -107,12 +103,13 @@ def test_simulated_pcie_box_flags_missing_profile_then_install_clears_it(tmp_pat
     cli("nccl", "install", "--python", str(venv), env=env)  # auto, resolved against the simulated box
     rec, c = checks_for(box, str(venv))
     assert c["nccl_env"]["status"] == "ok", c["nccl_env"]
-    assert "profile pcie-ll" in c["nccl_env"]["detail"] and "NCCL_PROTO=LL (sitecustomize)" in c["nccl_env"]["detail"]
+    assert "profile pcie-ll" in c["nccl_env"]["detail"]
+    assert "NCCL_PROTO=LL (sitecustomize)" in c["nccl_env"]["detail"]
 
     # the same environment on an NVLink box: the recorded resolution no longer matches the hardware
     rec, c = checks_for(Topology.simulated(2, "9.0", kind="NV18"), str(venv))
     assert c["nccl_env"]["status"] == "warn" and "no longer matches the hardware" in c["nccl_env"]["detail"]
-    assert c["nccl_env"]["fix"] == "sglang-blackwell nccl install --profile auto (re-resolves for this hardware)"
+    assert c["nccl_env"]["fix"].startswith("sglang-blackwell nccl install --profile auto")
 
 
 def _fake_dist(site: Path, name: str, version: str, marker: dict | None = None) -> None:
@@ -126,7 +123,8 @@ def _fake_dist(site: Path, name: str, version: str, marker: dict | None = None) 
 def test_fork_builds_read_from_dist_info_markers(tmp_path, monkeypatch):
     site = tmp_path / "site"
     _fake_dist(site, "sglang", "0.5.9+sm120.1", {"base": "0.5.9", "patches": [
-        {"name": "0001-fusion-gate.patch", "logical_id": "P2"}, {"name": "0002-symm-mem.patch", "logical_id": "P6"}]})
+        {"name": "0001-fusion-gate.patch", "logical_id": "P2"},
+        {"name": "0002-symm-mem.patch", "logical_id": "P6"}]})
     _fake_dist(site, "flashinfer-python", "0.6.4")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", str(site))
@@ -153,8 +151,8 @@ def flashinfer_064(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fi064")
     with zipfile.ZipFile(whl) as z:
         z.extractall(d)
-    r = subprocess.run([sys.executable, "-c", "import flashinfer.jit.comm"], env=dict(os.environ, PYTHONPATH=str(d)),
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", "import flashinfer.jit.comm"],
+                       env=dict(os.environ, PYTHONPATH=str(d)), capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"flashinfer 0.6.4 does not import here: {r.stderr.strip().splitlines()[-1:]}")
     return d
@@ -182,7 +180,7 @@ def test_doctor_flags_trtllm_comm_on_sm120(flashinfer_064, monkeypatch):
 
 @pytest.mark.slow
 def test_kernel_sass_check_on_a_compiled_kernel_package(tmp_path, monkeypatch):
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
     if nvcc is None:
         pytest.skip("nvcc not found: needs a real CUDA shared object")
     pkg = tmp_path / "site" / "sgl_kernel"
@@ -213,7 +211,7 @@ def test_arch_covered():
 
 
 LSPCI = """\
-0000:00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])
+0000:00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00)
 \tControl: I/O+ Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- SERR- FastB2B- DisINTx+
 \tCapabilities: [2a0 v1] Access Control Services
 \t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-

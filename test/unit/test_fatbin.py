@@ -1,5 +1,5 @@
-"""The .nv_fatbin reader on real CUDA objects compiled here with nvcc (sm_90a, sm_120a, ...), compiled once per
-test session into a temporary directory. Marked slow: nine nvcc runs take 20-40 s on a 2-core machine."""
+"""The .nv_fatbin reader on real CUDA objects compiled here with nvcc (sm_90a, sm_120a, ...), compiled once
+per test session into a temporary directory. Marked slow: nine nvcc runs take 20-40 s on a 2-core machine."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`sglang-blackwell nccl install|show|uninstall` against real environments: venvs made here, a venv made from
-Debian's system Python (whose /usr/lib/python3.X/sitecustomize.py shadows the venv's own), fresh interpreters and
-multiprocessing spawn children (how SGLang starts its TP workers)."""
+Debian's system Python (whose /usr/lib/python3.X/sitecustomize.py shadows the venv's own), fresh interpreters
+and multiprocessing spawn children (how SGLang starts its TP workers)."""
 
 from __future__ import annotations
 
@@ -115,8 +115,8 @@ def test_debian_system_python_venv_uses_pth_hook(debian_venv, tmp_path):
     sp = site_packages(debian_venv)
     # the premise: the venv's own sitecustomize.py never runs there
     (sp / "sitecustomize.py").write_text("import os; os.environ['VENV_SC_RAN'] = '1'\n")
-    probe = subprocess.run([str(debian_venv), "-c", "import os, sitecustomize; print(os.environ.get('VENV_SC_RAN'),"
-                            " sitecustomize.__file__)"], capture_output=True, text=True, env=clean_env())
+    code = "import os, sitecustomize; print(os.environ.get('VENV_SC_RAN'), sitecustomize.__file__)"
+    probe = subprocess.run([str(debian_venv), "-c", code], capture_output=True, text=True, env=clean_env())
     ran, used = probe.stdout.split()
     assert ran == "None" and used.startswith("/usr/lib/python3"), probe.stdout
     (sp / "sitecustomize.py").unlink()
@@ -183,10 +183,10 @@ def _readonly_runner(site: Path):
         return None, "running as root and `unshare` is missing: cannot make a directory read-only for root"
     t = subprocess.run(["unshare", "-m", "true"], capture_output=True)
     if t.returncode != 0:
-        return None, f"running as root without mount namespaces ({t.stderr.decode().strip()}): cannot make a " \
-                     "directory read-only for root"
+        why = t.stderr.decode().strip()
+        return None, f"running as root without mount namespaces ({why}): cannot make a directory read-only"
     return ["unshare", "-m", "sh", "-c",
-            f'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', str(site)], None
+            'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', str(site)], None
 
 
 def test_readonly_site_packages_clear_error_nothing_changed(venv):
@@ -197,8 +197,9 @@ def test_readonly_site_packages_clear_error_nothing_changed(venv):
     if prefix is None:
         pytest.skip(undo)
     try:
-        r = subprocess.run([*prefix, sys.executable, "-m", "sglang_blackwell.cli", "nccl", "install", "--python",
-                            str(venv), "--profile", "pcie-ll"], capture_output=True, text=True, env=clean_env())
+        cmd = [sys.executable, "-m", "sglang_blackwell.cli", "nccl", "install", "--python", str(venv),
+               "--profile", "pcie-ll"]
+        r = subprocess.run([*prefix, *cmd], capture_output=True, text=True, env=clean_env())
     finally:
         if callable(undo):
             undo()
@@ -236,7 +237,7 @@ MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
 
 def test_block_imports_nothing_at_interpreter_start(venv, debian_venv):
-    """No timing assertion (benchmarks own speed claims): the block must not import anything heavy, or at all."""
+    """No timing assertion (benchmarks own speed claims): the block imports nothing heavy, nothing at all."""
     for py in (venv, debian_venv):
         def mods(env, py=py):
             out = subprocess.run([str(py), "-X", "importtime", "-c", MODULES], capture_output=True, text=True,

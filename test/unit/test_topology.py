@@ -1,5 +1,5 @@
-"""Topology: detection on this CPU-only machine (real: it must say "no GPU"), simulated boxes (said so), and the
-dict round trip that doctor receipts and SGLANG_BLACKWELL_TOPOLOGY use."""
+"""Topology: detection on this CPU-only machine (real: it must say "no GPU"), simulated boxes (said so), and
+the dict round trip that doctor receipts and SGLANG_BLACKWELL_TOPOLOGY use."""
 
 from __future__ import annotations
 
