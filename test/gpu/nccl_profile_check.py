@@ -5,8 +5,9 @@ worker processes (how SGLang starts its TP workers), read from each worker's own
 
 Makes a throwaway venv (--system-site-packages, so the machine's torch is used), installs the pcie-ll profile
 into it, then from that venv: clears every NCCL_* in the parent, spawns one process per GPU, runs one NCCL
-all-reduce with NCCL_DEBUG=INFO and checks (a) the sum is right, (b) each rank's NCCL log says
-"NCCL_PROTO set by environment to LL" (and the other profile variables). Prints one JSON line; exit 0 = pass.
+all-reduce with NCCL_DEBUG=INFO and checks (a) the sum is right, (b) every worker's environment holds the
+profile, (c) NCCL's log says "NCCL_PROTO set by environment to LL" and the same for NCCL_ALGO (the other
+profile variables are reported as NCCL logged them). Prints one JSON line; exit 0 = pass.
 Bounded: every subprocess has a timeout. Never touches multicast (NCCL_NVLS_ENABLE=0 is kept/forced).
 """
 
@@ -102,7 +103,9 @@ def main() -> int:
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     res = json.loads(line[7:]) if line else None
     log = r.stdout + r.stderr
-    set_by_env = dict(re.findall(r"(NCCL_[A-Z0-9_]+) set by environment to (\S+)", log))
+    # NCCL logs "NCCL_PROTO set by environment to LL" (strings) / "... to 16777216." (integers)
+    found = re.findall(r"(NCCL_[A-Z0-9_]+) set by environment to (\S+)", log)
+    set_by_env = {k: v.rstrip(".") for k, v in found}
     want_sum = sum(range(1, a.gpus + 1))
     checks = {
         "install_ok": inst.returncode == 0,
@@ -112,10 +115,14 @@ def main() -> int:
         "workers_saw_profile": bool(res) and all(
             all(rk["env"].get(k) == v for k, v in PROFILE.items()) for rk in res["ranks"]),
         "allreduce_correct": bool(res) and all(rk["value"] == want_sum for rk in res["ranks"]),
-        "nccl_read_profile": all(set_by_env.get(k) == v for k, v in PROFILE.items()) if not a.cpu else None,
+        # NCCL logs only the variables it reads in this run; PROTO and ALGO are always read at init
+        "nccl_read_proto_algo": None if a.cpu else (set_by_env.get("NCCL_PROTO") == "LL"
+                                                    and set_by_env.get("NCCL_ALGO") == "Ring"),
     }
+    logged = {k: set_by_env.get(k) for k in PROFILE}
     passed = all(v for k, v in checks.items() if k != "install_hook" and v is not None)
-    out = {"pass": passed, "checks": checks, "nccl_set_by_environment": set_by_env,
+    out = {"pass": passed, "checks": checks, "nccl_logged_profile_vars": logged,
+           "nccl_set_by_environment": set_by_env,
            "ranks": res["ranks"] if res else None, "install_stdout": inst.stdout.strip().splitlines()[:1],
            "install_stderr": inst.stderr.strip()[-500:],
            "worker_tail": log.strip().splitlines()[-15:] if not res else [],
