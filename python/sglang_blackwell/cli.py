@@ -113,7 +113,8 @@ def cmd_nccl(a: argparse.Namespace) -> int:
         if change.env:
             print("a fresh interpreter of that environment now gets:")
         for r in change.env:
-            print(f"  {r.key}={r.value or '-'}  ({r.source}{': ' + r.note if r.note else ''})")
+            src = ".pth hook" if r.source == "pth" else r.source
+            print(f"  {r.key}={r.value or '-'}  ({src}{': ' + r.note if r.note else ''})")
         for p in change.problems:
             print(f"PROBLEM: {p}", file=sys.stderr)
         return 1 if change.problems else 0

@@ -255,8 +255,8 @@ def check_kernel_sass(c: Context) -> Check:
     return item("kernel_sass", "ok", detail, data=data)
 
 
-def _pairs(names: list[str]) -> str:
-    return ", ".join(names)
+def _pairs(names: list[str], total: int) -> str:
+    return f"all {total} pairs" if len(names) == total > 2 else ", ".join(names)
 
 
 def check_p2p(c: Context) -> Check:
@@ -270,9 +270,10 @@ def check_p2p(c: Context) -> Check:
     no_p2p = [f"{lk.a}-{lk.b}" for lk in t.links if lk.p2p is False]
     unknown = [f"{lk.a}-{lk.b}" for lk in t.links if lk.p2p is None]
     no_atomics = [f"{lk.a}-{lk.b}" for lk in t.links if lk.native_atomics is False]
-    p2p = (f"missing for {_pairs(no_p2p)}" if no_p2p else f"unknown for {_pairs(unknown)}" if unknown
+    n = len(t.links)
+    p2p = (f"missing for {_pairs(no_p2p, n)}" if no_p2p else f"unknown for {_pairs(unknown, n)}" if unknown
            else "all pairs")
-    atomics = (f"none on {_pairs(no_atomics)}" if no_atomics else "all pairs" if t.all_native_atomics
+    atomics = (f"none on {_pairs(no_atomics, n)}" if no_atomics else "all pairs" if t.all_native_atomics
                else "unknown")
     detail = f"P2P: {p2p}; native atomics: {atomics}"
     if no_atomics:

@@ -279,7 +279,7 @@ def format_state(st: dict[str, Any]) -> str:
         w = max(len(r["key"]) for r in rows)
         vw = max(len(r["value"] or "-") for r in rows)
         for r in rows:
-            src = r["source"] if r["source"] != "default" else "default (NCCL decides)"
+            src = {"default": "default (NCCL decides)", "pth": ".pth hook"}.get(r["source"], r["source"])
             line = f"  {r['key'].ljust(w)}  {(r['value'] or '-').ljust(vw)}  {src}"
             out.append(line + (f"  [{r['note']}]" if r["note"] else ""))
     else:
