@@ -42,6 +42,10 @@ KIND_MEANING = {
 # topology classes the NCCL profiles are written for (see nccl_profiles.toml `fits`)
 CLASSES = ("no-gpu", "single", "nvlink", "pcie")
 
+# nvmlGpuP2PCapsIndex_t / nvmlGpuP2PStatus_t (nvml.h). Not taken from pynvml: nvidia-ml-py 13 defines
+# NVML_P2P_CAPS_INDEX_READ as the tuple (0,), which makes every READ query fail.
+NVML_P2P_READ, NVML_P2P_WRITE, NVML_P2P_NVLINK, NVML_P2P_ATOMICS = 0, 1, 2, 3
+NVML_P2P_STATUS_OK = 0
 CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132
 CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2
 CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3
@@ -338,11 +342,17 @@ def detect(*, cuda: bool = True, environ: dict[str, str] | None = None) -> Topol
         return Topology(notes=[f"NVML unavailable: {e}"])
     try:
         topo = _detect_nvml(pynvml)
+    except Exception as e:  # an NVML call every GPU must answer failed: report it, do not crash callers
+        return Topology(notes=[f"NVML query failed: {type(e).__name__}: {e}"])
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
     if cuda and topo.gpus:
-        _add_cuda_driver_facts(topo)
+        try:
+            _add_cuda_driver_facts(topo)
+        except Exception as e:
+            topo.notes.append(f"CUDA driver query failed ({type(e).__name__}: {e}): P2P from NVML only, "
+                              "multicast unknown")
     return topo
 
 
@@ -381,16 +391,15 @@ def _detect_nvml(nv) -> Topology:
             pcie_max_gen=_try(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
             pcie_max_width=_try(nv.nvmlDeviceGetMaxPcieLinkWidth, h)))
     direct, to_switch = _nvlinks(nv, handles, by_bus)
-    ok = nv.NVML_P2P_STATUS_OK
 
     def p2p(h1, h2, idx) -> bool | None:
         st = _try(nv.nvmlDeviceGetP2PStatus, h1, h2, idx)
-        return None if st is None else st == ok
+        return None if st is None else st == NVML_P2P_STATUS_OK
 
     for a in range(count):
         for b in range(a + 1, count):
             ha, hb = handles[a], handles[b]
-            nvl_status = p2p(ha, hb, nv.NVML_P2P_CAPS_INDEX_NVLINK)
+            nvl_status = p2p(ha, hb, NVML_P2P_NVLINK)
             via_switch = min(to_switch[a], to_switch[b]) if nvl_status is not False else 0
             nvl = direct.get((a, b), 0) + via_switch
             if nvl or nvl_status:
@@ -399,9 +408,9 @@ def _detect_nvml(nv) -> Topology:
                 level = _try(nv.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
                 kind = ANCESTOR_KINDS.get(level, "unknown")
             topo.links.append(Link(a, b, kind, nvlinks=nvl,
-                                   p2p_read=p2p(ha, hb, nv.NVML_P2P_CAPS_INDEX_READ),
-                                   p2p_write=p2p(ha, hb, nv.NVML_P2P_CAPS_INDEX_WRITE),
-                                   p2p_atomics=p2p(ha, hb, nv.NVML_P2P_CAPS_INDEX_ATOMICS)))
+                                   p2p_read=p2p(ha, hb, NVML_P2P_READ),
+                                   p2p_write=p2p(ha, hb, NVML_P2P_WRITE),
+                                   p2p_atomics=p2p(ha, hb, NVML_P2P_ATOMICS)))
     return topo
 
 
