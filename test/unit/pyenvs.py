@@ -52,10 +52,9 @@ def debian_python() -> tuple[Path | None, str]:
     sc = Path(f"/usr/lib/python{ver}/sitecustomize.py")
     if not sc.exists():
         return None, f"{DEBIAN_PYTHON} (Python {ver}) has no {sc}: not a Debian/Ubuntu system Python"
-    r = subprocess.run([str(DEBIAN_PYTHON), "-c", "import venv, ensurepip"], capture_output=True,
-                       env=clean_env())
-    if r.returncode != 0:
-        return None, f"{DEBIAN_PYTHON} lacks the venv module (apt-get install -y python3-venv)"
+    r = subprocess.run([str(DEBIAN_PYTHON), "-c", "import venv"], capture_output=True, env=clean_env())
+    if r.returncode != 0:  # venvs here are made --without-pip: ensurepip (python3-venv) is not needed
+        return None, f"{DEBIAN_PYTHON} lacks the venv module (apt-get install -y python3 python3-venv)"
     return DEBIAN_PYTHON, ""
 
 
