@@ -93,6 +93,64 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nccl(a: argparse.Namespace) -> int:
+    import json
+
+    from .nccl import Profile, format_state, load_profiles, nccl_conf, resolve, user_environ
+    from .sitehook import install, probe, state, uninstall
+    from .topology import detect
+
+    profiles = load_profiles(a.profiles)
+    if a.action == "uninstall":
+        print(uninstall(probe(a.python, user_environ())).message)
+        return 0
+    if a.action == "install":
+        res = resolve(a.profile or "auto", detect(cuda=False), profiles)
+        change = install(probe(a.python, user_environ()), res, a.hook)
+        print(change.message)
+        if not res.profile.fits_class(res.topology_class):
+            print(f"warning: {res.reason}", file=sys.stderr)
+        if change.env:
+            print("a fresh interpreter of that environment now gets:")
+        for r in change.env:
+            src = ".pth hook" if r.source == "pth" else r.source
+            print(f"  {r.key}={r.value or '-'}  ({src}{': ' + r.note if r.note else ''})")
+        for p in change.problems:
+            print(f"PROBLEM: {p}", file=sys.stderr)
+        return 1 if change.problems else 0
+    if a.format == "nccl-conf":
+        if a.profile:
+            res = resolve(a.profile, detect(cuda=False), profiles)
+            print(nccl_conf(res.profile, res.requested), end="")
+            return 0
+        act = state(a.python, profiles=profiles)["active"]
+        if act is None:
+            raise UserError("no managed block installed here: pass --profile P (or auto) to choose one")
+        recorded = Profile(act["profile"], f"as recorded in {act['path']}", (), (), "", act["env"])
+        print(nccl_conf(recorded, act["requested"]), end="")
+        return 0
+    st = state(a.python, profiles=profiles, requested=a.profile)
+    print(json.dumps(st, indent=1) if a.format == "json" else format_state(st))
+    return 0
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from .doctor import format_report, run_doctor, to_receipt
+    from .receipts import write_receipt
+
+    report = run_doctor(python=a.python, tp=a.tp, progress=_progress if not a.json else None)
+    receipt = to_receipt(report)
+    if a.out:
+        print(f"wrote {write_receipt(receipt, Path(a.out))}", file=sys.stderr)
+    if a.json:
+        import json
+
+        print(json.dumps(receipt, indent=1, default=str))
+    else:
+        print(format_report(report))
+    return 1 if report.failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
@@ -135,6 +193,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.add_argument("--dist", default="dist")
     p.set_defaults(fn=cmd_index)
+
+    p = sub.add_parser("nccl", help="NCCL tuning applied at every interpreter start of an environment",
+                       description="show: the NCCL variables a fresh interpreter gets and where each comes "
+                       "from; install: write the managed block (sitecustomize.py, or a .pth hook where a "
+                       "system sitecustomize shadows it); uninstall: restore the files byte for byte")
+    p.add_argument("action", choices=["show", "install", "uninstall"])
+    p.add_argument("--profile", help="profile name or 'auto' (install default: auto, resolved and recorded)")
+    p.add_argument("--python", help="interpreter of the target environment (default: this one)")
+    p.add_argument("--hook", default="auto", choices=["auto", "sitecustomize", "pth"],
+                   help="install: where the block goes (default: sitecustomize unless shadowed, then pth)")
+    p.add_argument("--format", default="text", choices=["text", "json", "nccl-conf"],
+                   help="show: output format; nccl-conf prints the profile as an NCCL_CONF_FILE")
+    p.add_argument("--profiles", help="profiles file (default: the packaged nccl_profiles.toml)")
+    p.set_defaults(fn=cmd_nccl)
+
+    p = sub.add_parser("doctor", help="what works on this box and why not, each failing item with its fix")
+    p.add_argument("--json", action="store_true", help="print the doctor receipt (JSON) instead of text")
+    p.add_argument("--out", help="also write the receipt to this file (benchmark/results/doctor-<box>.json)")
+    p.add_argument("--python", help="interpreter whose NCCL startup hook to inspect (default: this one)")
+    p.add_argument("--tp", type=int, help="tensor-parallel size for the all-reduce plan (default: GPU count)")
+    p.set_defaults(fn=cmd_doctor)
 
     p = sub.add_parser("report", help="print the patch report of a base")
     p.add_argument("--base")
