@@ -110,3 +110,13 @@ def test_registry_matches_catalog():
     assert [b.name for b in made] == list(CATALOG)
     assert all(b.op == CATALOG[b.name].op for b in made)
     assert {b.name: b.reference for b in made}["fi_fused_oneshot"] == "fp32"
+
+
+def test_p2p_probe_never_raises_without_a_gpu():
+    from sglang_blackwell.bench.ar_topology import P2P_ATTR_NATIVE_ATOMIC, _Cudart
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the probe would answer")
+    rt = _Cudart()
+    assert rt.p2p_attr(P2P_ATTR_NATIVE_ATOMIC, 0, 1) is None  # unknown, so symm-mem is not offered
+    assert rt.pci_bus_id(0) is None

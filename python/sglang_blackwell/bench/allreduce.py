@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ from .ar_profiles import isolated_env, multicast_env_problems, nccl_keys, profil
 
 DEFAULT_TOKENS = "1,2,3,4,8,16,32,64,128,256,512"
 WORKER_ENV_DEFAULTS = {"TORCH_SYMMMEM": "CUDA"}  # torch symm-mem's CUDA backend (no NVSHMEM)
+WORKER_ENTRY = ("sglang_blackwell.bench.ar_worker", "main")  # (module, function) each rank runs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,11 +144,10 @@ def spawn(cfg: Any, env: Mapping[str, str], timeout_s: int) -> dict[str, Any]:
     """Run ar_worker.main on cfg.tp fresh processes; return rank 0's results (partial if cut short)."""
     import torch.multiprocessing as mp
 
-    from .ar_worker import main
-
+    target = getattr(importlib.import_module(WORKER_ENTRY[0]), WORKER_ENTRY[1])
     failure = None
     with _environ(env):
-        ctx = mp.start_processes(main, args=(cfg,), nprocs=cfg.tp, join=False, start_method="spawn")
+        ctx = mp.start_processes(target, args=(cfg,), nprocs=cfg.tp, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=2):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,8 @@ class WorkerConfig:
     fi_max_tokens: int = 2048
     allow_multicast: bool = False
     collective_timeout_s: int = 300
+    device_type: str = "cuda"  # "cpu" + dist_backend "gloo" only in the CPU simulation test
+    dist_backend: str = "nccl"
 
 
 def _err(e: BaseException) -> str:
@@ -53,11 +56,13 @@ def _err(e: BaseException) -> str:
 class Worker:
     def __init__(self, rank: int, cfg: WorkerConfig) -> None:
         self.cfg, self.rank, self.t0 = cfg, rank, time.time()
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{cfg.port}", rank=rank,
-                                world_size=cfg.tp, device_id=device,
-                                timeout=_dt.timedelta(seconds=cfg.collective_timeout_s))
+        cuda = cfg.device_type == "cuda"
+        device = torch.device("cuda", rank) if cuda else torch.device(cfg.device_type)
+        if cuda:
+            torch.cuda.set_device(device)
+        dist.init_process_group(cfg.dist_backend, init_method=f"tcp://127.0.0.1:{cfg.port}", rank=rank,
+                                world_size=cfg.tp, timeout=_dt.timedelta(seconds=cfg.collective_timeout_s),
+                                **({"device_id": device} if cuda else {}))
         self.gloo = dist.new_group(backend="gloo")
         self.ctx = RankContext(rank=rank, world_size=cfg.tp, device=device, group=dist.group.WORLD,
                                hidden=cfg.hidden, dtype=DTYPES[cfg.dtype], tokens=sorted(cfg.tokens),
@@ -89,7 +94,13 @@ class Worker:
     def describe(self) -> None:
         from ..receipts import collect_versions
 
-        topo = ar_topology.detect(list(range(self.cfg.tp))) if self.rank == 0 else None
+        topo = None
+        if self.rank == 0:
+            devices = list(range(self.cfg.tp))
+            try:
+                topo = ar_topology.detect(devices)
+            except Exception as e:  # never leave the other ranks waiting in the broadcast below
+                topo = ar_topology.fallback(devices, _err(e))
         box = [topo.as_dict() if topo else None]
         dist.broadcast_object_list(box, src=0, group=self.gloo)
         self.ctx.p2p_atomics = box[0]["p2p_atomics"]
@@ -159,8 +170,8 @@ class Worker:
             ar_timing.time_graph(g, reset=reset, align=self.align, plan=plan))))
         del g
         ar_results.add_producer(self.results, t, prod["us"])
-        self.log(f"T={t} ({progress}, {t * ctx.hidden * self.results['config']['elem_size'] // 1024} KB) "
-                 f"producer {prod['us']:.2f} us")
+        kb = t * ctx.hidden * self.results["config"]["elem_size"] / 1024
+        self.log(f"T={t} ({progress}, {kb:.{0 if kb >= 10 else 1}f} KB) producer {prod['us']:.2f} us")
         for b in self.active:
             self.measure_backend(b, t, inp, residual, gamma, reset, producer, ref, prod["us"])
         torch.cuda.synchronize()
@@ -242,3 +253,8 @@ def main(rank: int, cfg: WorkerConfig) -> None:
     w.setup()
     w.measure()
     w.close()
+    # Everything is saved. Skip interpreter teardown: NCCL/symm-mem destructors at exit can hang or crash,
+    # and that must not turn a complete run into a failed one.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
