@@ -344,26 +344,19 @@ class SymmOneShot(SymmMem):
 
 
 class SymmTwoShot(SymmMem):
+    """sglang's TorchSymmMemCommunicator pattern: copy in, two_shot_all_reduce_ in place, copy out."""
+
     ops = ("two_shot_all_reduce_",)
 
     def __init__(self) -> None:
         super().__init__("symm_twoshot")
 
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.out_op = not _symm_ops_missing("two_shot_all_reduce_out")
-        ctx.facts["symm_twoshot_op"] = "copy-in + two_shot_all_reduce_out" if self.out_op else \
-            "copy-in + two_shot_all_reduce_ + copy-out"
-
     def run(self, inp, residual, gamma):
         t, h = inp.shape
         buf, out = self.symm.view(t, h), self.out[:t]
         buf.copy_(inp)
-        if self.out_op:
-            torch.ops.symm_mem.two_shot_all_reduce_out(buf, "sum", self.ctx.group_name, out)
-        else:
-            torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", self.ctx.group_name)
-            out.copy_(buf)
+        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", self.ctx.group_name)
+        out.copy_(buf)
         return (out,)
 
 

@@ -22,7 +22,7 @@ CATALOG: dict[str, BackendInfo] = {b.name: b for b in (
     BackendInfo("fi_ar_oneshot", "ar", "FlashInfer trtllm_allreduce_fusion kAllReduce, one-shot (Lamport)"),
     BackendInfo("fi_ar_twoshot", "ar", "FlashInfer trtllm_allreduce_fusion kAllReduce, two-shot"),
     BackendInfo("symm_oneshot", "ar", "torch symm-mem one_shot_all_reduce_copy_out (copy-in fused)"),
-    BackendInfo("symm_twoshot", "ar", "torch symm-mem copy-in + two_shot_all_reduce_out"),
+    BackendInfo("symm_twoshot", "ar", "torch symm-mem copy-in + two_shot_all_reduce_ + copy-out (sglang's)"),
     BackendInfo("fi_pcie_ipc", "ar", "FlashInfer PCIe-IPC all-reduce (flashinfer >= 0.7.0)"),
     BackendInfo("symm_multimem", "ar", "torch symm-mem copy-in + multimem_all_reduce_ + copy-out",
                 multicast=True),
