@@ -32,6 +32,8 @@ WORKER_ENTRY = ("sglang_blackwell.bench.ar_worker", "main")  # (module, function
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (__doc__ or "").strip()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--tp", type=int, help="GPUs (one process each; default: all visible)")
     p.add_argument("--tokens", default=DEFAULT_TOKENS,
                    help=f"token counts, comma-separated (default {DEFAULT_TOKENS})")
