@@ -151,6 +151,12 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_bench_allreduce(a: argparse.Namespace) -> int:
+    from .bench.allreduce import run
+
+    return run(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
@@ -218,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print the patch report of a base")
     p.add_argument("--base")
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("bench", help="benchmarks (allreduce)")
+    bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    from .bench.allreduce import add_arguments as allreduce_arguments
+
+    q = bench.add_parser("allreduce", help="in-graph all-reduce latency per backend; --tune writes the table")
+    allreduce_arguments(q)
+    q.set_defaults(fn=cmd_bench_allreduce)
     return ap
 
 
