@@ -93,6 +93,10 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(a: argparse.Namespace) -> int:
+    return a.bench_fn(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
@@ -139,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print the patch report of a base")
     p.add_argument("--base")
     p.set_defaults(fn=cmd_report)
+
+    from .bench import add_parsers as add_bench_parsers
+
+    p = sub.add_parser("bench", help="regression benchmarks with JSON receipts (see benchmark/README.md)")
+    add_bench_parsers(p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK"))
+    p.set_defaults(fn=cmd_bench)
     return ap
 
 
