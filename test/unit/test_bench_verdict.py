@@ -107,7 +107,8 @@ def test_missing_arm_and_failed_runs_fail() -> None:
 def test_fusion_prefers_profiled_verify_time_and_can_be_required() -> None:
     prof = {"on": {"source": "GPU", "stages": {"verify": {"median_ms": 0.80}, "draft": {"median_ms": 0.5}}},
             "off": {"source": "GPU", "stages": {"verify": {"median_ms": 1.00}, "draft": {"median_ms": 0.5}}}}
-    runs = [run("baseline", 500, step_ms=2.0, profile={"stages": {"decode": {"median_ms": 1.0}}}),
+    decode = {"source": "GPU", "stages": {"decode": {"median_ms": 1.0}}}
+    runs = [run("baseline", 500, step_ms=2.0, profile=decode),
             run("eagle3", 800, step_ms=3.0, accept=2.8, profile=prof["off"]),
             run("eagle3+fusion", 850, step_ms=2.8, accept=2.8, profile=prof["on"])]
     v = VerdictSpec(**{**V.__dict__, "fusion_on": "eagle3+fusion", "fusion_off": "eagle3",
@@ -119,6 +120,10 @@ def test_fusion_prefers_profiled_verify_time_and_can_be_required() -> None:
     assert f["round_ms_on"] == 2.8 and f["round_ms_off"] == 3.0
     assert out["passed"]
     assert out["table"][0]["break_even_profiled"] == pytest.approx((0.5 + 1.0) / 1.0)
+    # CPU-side spans only (no CUDA activity in the trace): not GPU time, not used
+    for r in runs:
+        r["profile"] = dict(r["profile"], source="CPU-side spans only (no GPU events)")
+    assert verdict_of(runs, v)["fusion"]["verify_ms_on"] is None
     # without a profile: the round time decides, 1 - 2.9/3.0 = 3% < 15% fails the verdict
     for r in runs:
         r["profile"] = None

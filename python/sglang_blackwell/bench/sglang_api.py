@@ -7,7 +7,8 @@
     Cumulative since start, and only rolled up every `--decode-log-interval` (40) decode steps.
   - "step_time_dict" (only with env SGLANG_RECORD_STEP_TIME=1): {batch size: [seconds per decode iteration,
     one entry per decode log interval]}; for a speculative server one iteration is one draft+verify round.
-    Cumulative lists: we difference them around the measured window.
+    Cumulative lists: we difference them around the measured window. sglang's own
+    scripts/playground/bench_speculative.py reads the 20th percentile of a batch size's entries.
 - POST /set_internal_state {"server_args": {}} resets the spec accept totals (an empty update is accepted and
   the reset runs); answers a list of booleans.
 - POST /start_profile {"output_dir", "num_steps", "activities", "with_stack", "record_shapes",
@@ -56,6 +57,17 @@ def new_step_times(before: dict[int, list[float]] | None, after: dict[int, list[
         return []
     old = len((before or {}).get(batch_size, []))
     return after.get(batch_size, [])[old:]
+
+
+def low_quantile(values: list[float], q: float = 0.2) -> float:
+    """The q-quantile (linear interpolation). Step-time entries are the mean of one decode log interval; an
+    interval that spans the idle gap between two requests (prefill, HTTP) reads high, never low, so a low
+    quantile estimates the steady step better than the median when requests are short."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def avg_accept_length(info: dict[str, Any]) -> float | None:

@@ -40,9 +40,11 @@ def aggregate(runs: list[dict[str, Any]], arms: list[str], concurrency: tuple[in
         for c in concurrency:
             levels = [r["levels"][str(c)] for r in ok if str(c) in r.get("levels", {})]
             per_c[str(c)] = {m: spread([lv[m] for lv in levels if lv.get(m) is not None])
-                             for m in ("tok_s", "accept_len", "accept_len_server", "step_ms", "ttft_ms",
-                                       "tpot_ms", "e2e_ms")}
-        prof = [r["profile"]["stages"] for r in ok if (r.get("profile") or {}).get("stages")]
+                             for m in ("tok_s", "accept_len", "accept_len_server", "step_ms",
+                                       "step_ms_median", "ttft_ms", "tpot_ms", "e2e_ms")}
+        # GPU span times only: CPU-side spans of CUDA-graph replays measure launches, not the work
+        profiles = [r["profile"] for r in ok if (r.get("profile") or {}).get("stages")]
+        prof = [p["stages"] for p in profiles if str(p.get("source")).startswith("GPU")]
         stages = sorted({s for p in prof for s in p})
         out[arm] = {"levels": per_c, "runs": len(ok),
                     "profile_ms": {s: spread([p[s]["median_ms"] for p in prof if s in p]) for s in stages}}
