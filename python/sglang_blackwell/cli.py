@@ -151,10 +151,8 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def cmd_bench_allreduce(a: argparse.Namespace) -> int:
-    from .bench.allreduce import run
-
-    return run(a)
+def cmd_bench(a: argparse.Namespace) -> int:
+    return a.bench_fn(a)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,13 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base")
     p.set_defaults(fn=cmd_report)
 
-    p = sub.add_parser("bench", help="benchmarks (allreduce)")
-    bench = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
-    from .bench.allreduce import add_arguments as allreduce_arguments
+    from .bench import add_parsers as add_bench_parsers
 
-    q = bench.add_parser("allreduce", help="in-graph all-reduce latency per backend; --tune writes the table")
-    allreduce_arguments(q)
-    q.set_defaults(fn=cmd_bench_allreduce)
+    p = sub.add_parser("bench", help="regression benchmarks with JSON receipts (see benchmark/README.md)")
+    add_bench_parsers(p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK"))
+    p.set_defaults(fn=cmd_bench)
     return ap
 
 

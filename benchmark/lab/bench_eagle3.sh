@@ -1,0 +1,43 @@
+#!/bin/bash
+# `bench eagle3` on the GPU lab (nvidia-h200-x2), run from the repository root:
+#   DEADLINE=560 bash benchmark/lab/bench_eagle3.sh benchmark/lab-synthetic.toml --repeats 1
+# Needs what the lab line leaves on a warm machine: sglang 0.5.14 + deps installed in /tmp/site (run_lab.sh
+# stage2), JIT caches in /tmp/jit, and the generated pair in /tmp/lab/{target,draft}.
+# Writes into $OUT/bench: the receipt (.json), the runs (_runs.jsonl), plots if matplotlib is there; server logs
+# as one $OUT/bench-logs.tar.gz. Exit code: the benchmark's (0 pass, 1 verdict failed, 2 bad config,
+# 5/6 server start/teardown problem, 130 interrupted), 3/4 if the machine is not prepared.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=/usr/local/cuda
+export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi
+export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
+OUT=${OUT:-/tmp/out}; DEADLINE=${DEADLINE:-540}
+[ $# -ge 1 ] || { echo "usage: $0 CONFIG [bench eagle3 options]"; exit 2; }
+CONFIG=$1; shift
+[ -f /tmp/site/.lab_installed ] || { echo "no sglang install in /tmp/site: run the lab line's stage1 + stage2 first"; exit 3; }
+for d in /tmp/lab/target /tmp/lab/draft; do
+  [ -f "$d/config.json" ] || { echo "missing $d/config.json: generate the lab model pair first"; exit 4; }
+done
+export PYTHONPATH=/tmp/site:$PWD/python
+# a server session an earlier, hard-killed call of this script left behind: end it by its id
+export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglang-blackwell-bench.sid
+if [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ]; then
+  sid=$(cat "$SGLANG_BLACKWELL_BENCH_PIDFILE")
+  if [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
+    echo "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
+    for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
+  fi
+  rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
+fi
+mkdir -p "$OUT/bench"
+echo "GPUs before: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
+# the harness stops launching arms that would end after DEADLINE; timeout is the hard stop (SIGTERM: the harness
+# tears the running server down and writes what it measured)
+timeout -k 25 $(( DEADLINE + 20 )) python3 -m sglang_blackwell.cli bench eagle3 --config "$CONFIG" \
+  --out "$OUT/bench" --deadline-s "$DEADLINE" "$@"
+rc=$?
+logs=$(cd "$OUT/bench" && ls -d *_logs 2>/dev/null)
+[ -n "$logs" ] && tar -czf "$OUT/bench-logs.tar.gz" -C "$OUT/bench" $logs && (cd "$OUT/bench" && rm -rf $logs)
+echo "GPUs after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
+ls -la "$OUT" "$OUT/bench"
+exit $rc

@@ -1,0 +1,95 @@
+"""SGLang's server-side statistics, as 0.5.9 and 0.5.14 expose them (read from their code, not guessed):
+
+- GET /server_info (/get_server_info is the deprecated alias) -> {**server_args, "internal_states": [one
+  dict per DP rank], "version": ...}. internal_states[i]:
+  - "avg_spec_accept_length" = spec_total_num_accept_tokens / spec_total_num_forward_ct (accepted drafts + the
+    bonus token, per verify); present only on speculative servers once a decode log interval has passed.
+    Cumulative since start, and only rolled up every `--decode-log-interval` (40) decode steps.
+  - "step_time_dict" (only with env SGLANG_RECORD_STEP_TIME=1): {batch size: [seconds per decode iteration,
+    one entry per decode log interval]}; for a speculative server one iteration is one draft+verify round.
+    Cumulative lists: we difference them around the measured window. sglang's own
+    scripts/playground/bench_speculative.py reads the 20th percentile of a batch size's entries.
+- POST /set_internal_state {"server_args": {}} resets the spec accept totals (an empty update is accepted and
+  the reset runs); answers a list of booleans.
+- POST /start_profile {"output_dir", "num_steps", "activities", "with_stack", "record_shapes",
+  "profile_prefix"} -> torch profiler over the next num_steps forward batches, written to
+  <output_dir>/<prefix>-<profile_id>-TP-<rank>.trace.json.gz. 0.5.14 names spans step[DECODE bs=N],
+  step[TARGET_VERIFY bs=N], draft, draft_extend; 0.5.9 has no such spans.
+- /generate meta_info (speculative servers, when a request finishes): completion_tokens, spec_verify_ct,
+  spec_accept_length (= completion_tokens / spec_verify_ct).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.error
+from typing import Any
+
+from .server import http_json
+
+
+def server_info(url: str) -> dict[str, Any]:
+    try:
+        return http_json(url + "/server_info")
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+        return http_json(url + "/get_server_info")
+
+
+def internal_state(info: dict[str, Any]) -> dict[str, Any]:
+    states = info.get("internal_states") or [{}]
+    return states[0] if isinstance(states, list) and states else {}
+
+
+def step_times(info: dict[str, Any]) -> dict[int, list[float]] | None:
+    """step_time_dict of DP rank 0 with int keys; None when the server does not record step times."""
+    d = internal_state(info).get("step_time_dict")
+    if d is None:
+        return None
+    return {int(k): [float(x) for x in v] for k, v in d.items()}
+
+
+def new_step_times(before: dict[int, list[float]] | None, after: dict[int, list[float]] | None,
+                   batch_size: int) -> list[float]:
+    """Entries recorded between two snapshots for one batch size (the lists only grow)."""
+    if after is None:
+        return []
+    old = len((before or {}).get(batch_size, []))
+    return after.get(batch_size, [])[old:]
+
+
+def low_quantile(values: list[float], q: float = 0.2) -> float:
+    """The q-quantile (linear interpolation). Step-time entries are the mean of one decode log interval; an
+    interval that spans the idle gap between two requests (prefill, HTTP) reads high, never low, so a low
+    quantile estimates the steady step better than the median when requests are short."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def avg_accept_length(info: dict[str, Any]) -> float | None:
+    v = internal_state(info).get("avg_spec_accept_length")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def reset_spec_stats(url: str) -> bool:
+    try:
+        r = http_json(url + "/set_internal_state", {"server_args": {}})
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return bool(r) and all(r) if isinstance(r, list) else bool(r)
+
+
+def start_profile(url: str, output_dir: str, num_steps: int, prefix: str) -> None:
+    http_json(url + "/start_profile", {"output_dir": output_dir, "num_steps": num_steps,
+                                       "activities": ["CPU", "GPU"], "with_stack": False,
+                                       "record_shapes": False, "profile_prefix": prefix}, timeout=120)
+
+
+def stop_profile(url: str) -> None:
+    # already stopped after num_steps: the server answers an error, which is fine here
+    with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
+        http_json(url + "/stop_profile", {}, timeout=300)

@@ -1,0 +1,51 @@
+"""Per-stage times from a torch profiler trace (Chrome trace JSON, optionally gzipped) written by SGLang's
+/start_profile: the spans SGLang 0.5.14 records around each forward (see sglang_api).
+
+GPU time of a span comes from the "gpu_user_annotation" events the CUDA profiler attaches to a CPU
+record_function range (first kernel start to last kernel end of the work launched inside it). Where a trace
+holds no GPU annotations (no CUDA activity recorded), the CPU-side "user_annotation" durations are used and
+the result says so: with CUDA graphs and overlap scheduling those measure launch time, not GPU time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+STAGES: dict[str, Callable[[str], bool]] = {
+    "decode": lambda n: n.startswith("step[DECODE"),
+    "verify": lambda n: n.startswith("step[TARGET_VERIFY"),
+    "draft": lambda n: n == "draft",
+    "draft_extend": lambda n: n == "draft_extend",
+}
+
+
+def load_trace(path: Path) -> list[dict[str, Any]]:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    data = json.loads(raw)
+    events = data.get("traceEvents", []) if isinstance(data, dict) else data
+    return [e for e in events if isinstance(e, dict)]
+
+
+def stage_times(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"source": ..., "stages": {stage: {"median_ms", "min_ms", "n"}}} over complete ("X") span events."""
+    by_cat: dict[str, dict[str, list[float]]] = {"gpu_user_annotation": {}, "user_annotation": {}}
+    for e in events:
+        cat, name = e.get("cat"), e.get("name")
+        if e.get("ph") != "X" or cat not in by_cat or not isinstance(name, str) or "dur" not in e:
+            continue
+        for stage, match in STAGES.items():
+            if match(name):
+                by_cat[cat].setdefault(stage, []).append(float(e["dur"]) / 1e3)  # us -> ms
+    cat = "gpu_user_annotation" if by_cat["gpu_user_annotation"] else "user_annotation"
+    stages = {s: {"median_ms": round(statistics.median(v), 4), "min_ms": round(min(v), 4), "n": len(v)}
+              for s, v in by_cat[cat].items()}
+    gpu = cat == "gpu_user_annotation"
+    source = "GPU (gpu_user_annotation)" if gpu else "CPU-side spans only (no GPU events)"
+    return {"source": source if stages else "no SGLang step spans in the trace", "stages": stages}

@@ -1,0 +1,218 @@
+"""From arm runs to medians with spread, and from those to a verdict that can fail.
+
+The rule: at every concurrency named in verdict.min_ratio, for every speculative arm of the verdict,
+    worst speculative repeat (output tok/s)  >=  min_ratio  x  best baseline repeat
+so launch-to-launch spread counts against the claim, not for it (on the lab the same arm moved 25-40% between
+launches). Also reported: the median ratio, the measured accept length, and the break-even accept length
+    break_even = round_ms / decode_ms
+(seconds per draft+verify round of the speculative arm over seconds per decode step of the baseline, both
+from SGLang's step-time recording at that concurrency): speculation pays only where accept length >
+break-even, and the step-time model predicts a speedup of accept_len / break_even.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from .config import VerdictSpec
+
+RULE = "worst speculative repeat >= min_ratio x best baseline repeat (output tok/s), per concurrency"
+
+
+def spread(values: list[float]) -> dict[str, Any] | None:
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4), "n": len(values), "values": [round(v, 4) for v in values]}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def aggregate(runs: list[dict[str, Any]], arms: list[str], concurrency: tuple[int, ...]) -> dict[str, Any]:
+    """{arm: {str(c): {metric: spread}}} over the successful runs of each arm."""
+    out: dict[str, Any] = {}
+    for arm in arms:
+        ok = [r for r in runs if r["arm"] == arm and not r.get("error")]
+        per_c: dict[str, Any] = {}
+        for c in concurrency:
+            levels = [r["levels"][str(c)] for r in ok if str(c) in r.get("levels", {})]
+            per_c[str(c)] = {m: spread([lv[m] for lv in levels if lv.get(m) is not None])
+                             for m in ("tok_s", "accept_len", "accept_len_server", "step_ms",
+                                       "step_ms_median", "ttft_ms", "tpot_ms", "e2e_ms")}
+        # GPU span times only: CPU-side spans of CUDA-graph replays measure launches, not the work
+        profiles = [r["profile"] for r in ok if (r.get("profile") or {}).get("stages")]
+        prof = [p["stages"] for p in profiles if str(p.get("source")).startswith("GPU")]
+        stages = sorted({s for p in prof for s in p})
+        out[arm] = {"levels": per_c, "runs": len(ok),
+                    "profile_ms": {s: spread([p[s]["median_ms"] for p in prof if s in p]) for s in stages}}
+    return out
+
+
+def _vals(agg: dict[str, Any], arm: str, c: int, metric: str) -> list[float]:
+    s = agg.get(arm, {}).get("levels", {}).get(str(c), {}).get(metric)
+    return list(s["values"]) if s else []
+
+
+def diagnose(*, ratio: float, accept_len: float | None, break_even: float | None,
+             median_ratio: float | None, spread_fail: bool, expect_accept_len: float | None,
+             expect_break_even: float | None) -> dict[str, Any]:
+    """Which side regressed when the verdict fails: acceptance, verify cost, both, or neither (then: spread or
+    time spent outside the decode loop)."""
+    regressed: list[str] = []
+    notes: list[str] = []
+    if accept_len is not None and expect_accept_len is not None and accept_len < expect_accept_len:
+        regressed.append("acceptance")
+        notes.append(f"accept length {accept_len:.2f} < expected {expect_accept_len:.2f}")
+    if break_even is not None and expect_break_even is not None and break_even > expect_break_even:
+        regressed.append("verify cost")
+        notes.append(f"break-even accept length {break_even:.2f} > expected {expect_break_even:.2f} "
+                     "(a draft+verify round costs too many decode steps)")
+    if accept_len is not None and break_even is not None:
+        predicted = accept_len / break_even
+        notes.append(f"step-time model: speedup {predicted:.2f}x = accept {accept_len:.2f} / break-even "
+                     f"{break_even:.2f}; passing {ratio:.2f}x needs accept >= {ratio * break_even:.2f} "
+                     f"at this cost, or break-even <= {accept_len / ratio:.2f} at this acceptance")
+        median_fails = median_ratio is None or median_ratio < ratio
+        if not regressed and predicted >= ratio and median_fails:
+            regressed.append("outside the decode loop")
+            notes.append("the decode loop alone would pass: time goes to prefill, scheduling or HTTP")
+    if spread_fail and median_ratio is not None and median_ratio >= ratio:
+        regressed.append("spread")
+        notes.append(f"median ratio {median_ratio:.2f}x passes but the worst-vs-best spread does not")
+    if not regressed:
+        if expect_accept_len is None and expect_break_even is None:
+            regressed.append("undetermined")
+            notes.append("set verdict.expect_accept_len and verdict.expect_break_even to attribute "
+                         "the failure")
+        else:
+            regressed.append("neither side beyond expectations")
+    if accept_len is None or break_even is None:
+        notes.append("accept length or step times missing (no SGLANG_RECORD_STEP_TIME? attached server?)")
+    return {"regressed": regressed, "notes": notes}
+
+
+def compare(agg: dict[str, Any], baseline: str, arm: str, c: int) -> dict[str, Any] | None:
+    """Median ratio, accept length and break-even accept length of one speculative arm at one concurrency."""
+    spec, base = _vals(agg, arm, c, "tok_s"), _vals(agg, baseline, c, "tok_s")
+    if not spec or not base:
+        return None
+    decode_ms = _median(_vals(agg, baseline, c, "step_ms"))
+    round_ms = _median(_vals(agg, arm, c, "step_ms"))
+    accept = _median(_vals(agg, arm, c, "accept_len"))
+    be = round_ms / decode_ms if decode_ms and round_ms else None
+    return {"arm": arm, "concurrency": c, "break_even_profiled": _profiled_break_even(agg, baseline, arm),
+            "median_ratio": round(statistics.median(spec) / statistics.median(base), 4),
+            "accept_len": round(accept, 4) if accept is not None else None,
+            "decode_ms": round(decode_ms, 4) if decode_ms else None,
+            "round_ms": round(round_ms, 4) if round_ms else None,
+            "break_even_accept_len": round(be, 4) if be is not None else None}
+
+
+def _profiled_break_even(agg: dict[str, Any], baseline: str, arm: str) -> float | None:
+    """(draft + verify + draft_extend GPU ms) / decode GPU ms from the profiler windows (concurrency 1)."""
+    spec, base = agg.get(arm, {}).get("profile_ms") or {}, agg.get(baseline, {}).get("profile_ms") or {}
+    if not base.get("decode") or not spec.get("verify"):
+        return None
+    cost = sum(spec[s]["median"] for s in ("draft", "verify", "draft_extend") if spec.get(s))
+    return round(cost / base["decode"]["median"], 4)
+
+
+def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], *,
+             problems: list[str] | None = None, spec_arms: list[str] | None = None) -> dict[str, Any]:
+    """The verdict checks, the fusion comparison, and (informational) every speculative arm vs the baseline
+    at every concurrency."""
+    checks = []
+    for c, ratio in sorted(v.min_ratio.items()):
+        base = _vals(agg, v.baseline, c, "tok_s")
+        for arm in v.speculative:
+            spec = _vals(agg, arm, c, "tok_s")
+            check: dict[str, Any] = {"concurrency": c, "arm": arm, "baseline": v.baseline, "min_ratio": ratio}
+            cmp_ = compare(agg, v.baseline, arm, c)
+            if cmp_ is None:
+                missing = v.baseline if not base else arm
+                check.update(passed=False, why=f"no successful run of arm {missing!r} at concurrency {c}")
+                checks.append(check)
+                continue
+            worst, best = min(spec), max(base)
+            passed = worst >= ratio * best
+            check.update(passed=passed, worst_spec_tok_s=round(worst, 3), best_baseline_tok_s=round(best, 3),
+                         worst_over_best=round(worst / best, 4), **cmp_)
+            if not passed:
+                check["diagnosis"] = diagnose(
+                    ratio=ratio, accept_len=cmp_["accept_len"], break_even=cmp_["break_even_accept_len"],
+                    median_ratio=cmp_["median_ratio"], spread_fail=True,
+                    expect_accept_len=v.expect_accept_len, expect_break_even=v.expect_break_even)
+            checks.append(check)
+    table = [t for arm in (spec_arms or list(v.speculative)) for c in concurrency
+             if (t := compare(agg, v.baseline, arm, c)) is not None]
+    fusion = fusion_comparison(agg, v, concurrency)
+    reasons = []
+    for k in checks:
+        if not k["passed"]:
+            why = k.get("why") or (f"worst {k['worst_spec_tok_s']} tok/s < {k['min_ratio']} x best baseline "
+                                   f"{k['best_baseline_tok_s']} tok/s")
+            reasons.append(f"concurrency {k['concurrency']}, {k['arm']}: {why}")
+    if fusion and fusion.get("passed") is False:
+        reasons.append(f"fusion gain {fusion.get('gain')} < required {v.min_fusion_gain}")
+    reasons += list(problems or [])
+    if not checks:
+        reasons.append("no verdict check ran")
+    return {"rule": RULE, "passed": not reasons, "checks": checks, "fusion": fusion, "table": table,
+            "reasons": reasons}
+
+
+def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
+                      concurrency: tuple[int, ...]) -> dict[str, Any] | None:
+    """Fusion on vs off at the lowest concurrency: verify GPU time from the profiler window where there is
+    one, and the whole round time from the step-time recording."""
+    if not (v.fusion_on and v.fusion_off):
+        return None
+    c = min(concurrency)
+    on, off = agg.get(v.fusion_on, {}), agg.get(v.fusion_off, {})
+
+    def verify(a: dict[str, Any]) -> float | None:
+        s = (a.get("profile_ms") or {}).get("verify")
+        return s["median"] if s else None
+
+    round_on = _median(_vals(agg, v.fusion_on, c, "step_ms"))
+    round_off = _median(_vals(agg, v.fusion_off, c, "step_ms"))
+    ver_on, ver_off = verify(on), verify(off)
+    if ver_on and ver_off:
+        gain, basis = 1 - ver_on / ver_off, "verify (profiler)"
+    elif round_on and round_off:
+        gain, basis = 1 - round_on / round_off, "draft+verify round (step times)"
+    else:
+        gain, basis = None, None
+    out = {"concurrency": c, "on": v.fusion_on, "off": v.fusion_off,
+           "verify_ms_on": ver_on, "verify_ms_off": ver_off,
+           "round_ms_on": round(round_on, 4) if round_on else None,
+           "round_ms_off": round(round_off, 4) if round_off else None,
+           "gain": round(gain, 4) if gain is not None else None, "gain_basis": basis,
+           "min_gain": v.min_fusion_gain, "passed": None}
+    if v.min_fusion_gain is not None:
+        out["passed"] = gain is not None and gain >= v.min_fusion_gain
+    return out
+
+
+def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, machine: str, tp: int,
+            config: str) -> dict[str, Any]:
+    """The small, comparable block every receipt of this kind carries."""
+    c1 = next((k for k in verdict["checks"] if k["concurrency"] == 1 and k["arm"] == v.speculative[0]), None)
+    if c1 is None or "median_ratio" not in c1:
+        spec1 = _vals(agg, v.speculative[0], 1, "tok_s")
+        base1 = _vals(agg, v.baseline, 1, "tok_s")
+        ratio = statistics.median(spec1) / statistics.median(base1) if spec1 and base1 else None
+        c1 = {"median_ratio": ratio, "accept_len": _median(_vals(agg, v.speculative[0], 1, "accept_len")),
+              "break_even_accept_len": None}
+    f = verdict.get("fusion") or {}
+    return {
+        "machine": machine, "tp": tp, "config": config,
+        "speedup_c1": round(c1["median_ratio"], 4) if c1.get("median_ratio") is not None else None,
+        "accept_len": c1.get("accept_len"), "break_even_accept_len": c1.get("break_even_accept_len"),
+        "verify_ms_fusion_on": f.get("verify_ms_on"), "verify_ms_fusion_off": f.get("verify_ms_off"),
+        "round_ms_fusion_on": f.get("round_ms_on"), "round_ms_fusion_off": f.get("round_ms_off"),
+        "passed": verdict["passed"],
+    }

@@ -1,0 +1,194 @@
+"""A fake SGLang server for CPU tests of `bench eagle3`: launched by the harness exactly like
+`python3 -m sglang.launch_server` (same command-line flags, own session), it speaks the parts of SGLang's
+HTTP API the harness uses, with speeds set by environment variables, so a test knows what the benchmark
+should conclude.
+
+  GET  /health            503 for FAKE_STARTUP_S seconds, then 200
+  POST /generate          input_ids or text; sampling_params.max_new_tokens; stream on/off (SSE like SGLang)
+  GET  /server_info       server args + internal_states[0]: avg_spec_accept_length, step_time_dict
+                          (the latter only with SGLANG_RECORD_STEP_TIME=1, like SGLang)
+  POST /set_internal_state  resets the spec accept totals
+  GET|POST /flush_cache   200
+Speeds: one prefill (FAKE_PREFILL_MS) yields the first token; then a non-speculative server makes one token
+per FAKE_STEP_MS, a speculative one (--speculative-algorithm given) FAKE_ACCEPT_LEN tokens per FAKE_ROUND_MS
+round.
+Misbehaviour for teardown tests: FAKE_IGNORE_SIGTERM=1; FAKE_SPAWN_CHILD=1 (a child that ignores SIGTERM too;
+FAKE_CHILD_NEW_PGRP=1 moves it to its own process group, still in our session); FAKE_PID_FILE gets the pids.
+"""
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model-path", required=True)
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--host", default="127.0.0.1")
+ap.add_argument("--tp-size", type=int, default=1)
+ap.add_argument("--skip-tokenizer-init", action="store_true")
+ap.add_argument("--speculative-algorithm")
+ap.add_argument("--speculative-draft-model-path")
+ap.add_argument("--speculative-num-steps", type=int)
+ap.add_argument("--speculative-eagle-topk", type=int)
+ap.add_argument("--speculative-num-draft-tokens", type=int)
+ap.add_argument("--fake-fusion-on", action="store_true")
+args, unknown = ap.parse_known_args()
+
+env = os.environ.get
+STARTUP_S = float(env("FAKE_STARTUP_S", "0.3"))
+PREFILL_S = float(env("FAKE_PREFILL_MS", "5")) / 1e3
+STEP_S = float(env("FAKE_STEP_MS", "4")) / 1e3
+ROUND_S = float(env("FAKE_ROUND_MS", "6")) / 1e3
+ACCEPT = float(env("FAKE_ACCEPT_LEN", "2.5"))
+RECORD = env("SGLANG_RECORD_STEP_TIME") == "1"
+SPEC = bool(args.speculative_algorithm)
+INTERVAL = 4  # like --decode-log-interval, small so short requests record step times
+
+T0 = time.monotonic()
+lock = threading.Lock()
+state = {"running": 0, "accept": 0, "forward": 0, "steps": {}}
+
+if env("FAKE_IGNORE_SIGTERM") == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = None
+if env("FAKE_SPAWN_CHILD") == "1":
+    code = ("import os, signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            + ("os.setpgid(0, 0)\n" if env("FAKE_CHILD_NEW_PGRP") == "1" else "")
+            + "time.sleep(3600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code])
+if env("FAKE_PID_FILE"):
+    with open(env("FAKE_PID_FILE"), "w") as f:
+        json.dump({"server": os.getpid(), "child": child.pid if child else None}, f)
+print(f"fake sglang server pid {os.getpid()} spec={SPEC} unknown flags: {unknown}", flush=True)
+
+
+def decode_steps(n_tokens):
+    """(sleep seconds, tokens) per decode step after the prefill token."""
+    left, r = n_tokens - 1, 0
+    while left > 0:
+        if SPEC:
+            k = min(left, math.floor((r + 1) * ACCEPT) - math.floor(r * ACCEPT))
+            yield ROUND_S, max(k, 1)
+            left -= max(k, 1)
+        else:
+            yield STEP_S, 1
+            left -= 1
+        r += 1
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *a):
+        pass
+
+    def _send(self, code, obj, ctype="application/json"):
+        body = (json.dumps(obj) if ctype == "application/json" else obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n)) if n else {}
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self._send(200 if time.monotonic() - T0 > STARTUP_S else 503, {})
+        if self.path in ("/server_info", "/get_server_info"):
+            with lock:
+                st = {}
+                if SPEC and state["forward"]:
+                    st["avg_spec_accept_length"] = state["accept"] / state["forward"]
+                if RECORD:
+                    st["step_time_dict"] = {str(k): list(v) for k, v in state["steps"].items()}
+            return self._send(200, {"version": "0.5.14-fake", "model_path": args.model_path,
+                                    "tp_size": args.tp_size,
+                                    "speculative_algorithm": args.speculative_algorithm,
+                                    "speculative_num_draft_tokens": args.speculative_num_draft_tokens,
+                                    "skip_tokenizer_init": args.skip_tokenizer_init, "internal_states": [st]})
+        if self.path.startswith("/flush_cache"):
+            return self._send(200, "Cache flushed.\n", "text/plain")
+        return self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        if self.path.startswith("/flush_cache"):
+            return self._send(200, "Cache flushed.\n", "text/plain")
+        body = self._body()
+        if self.path == "/set_internal_state":
+            with lock:
+                state["accept"] = state["forward"] = 0
+            return self._send(200, [True])
+        if self.path == "/generate":
+            return self.generate(body)
+        return self._send(404, {"detail": "Not Found"})
+
+    def generate(self, body):
+        ids, text = body.get("input_ids"), body.get("text")
+        if ids is None and (text is None or args.skip_tokenizer_init):
+            msg = "text prompt needs a tokenizer (--skip-tokenizer-init)"
+            return self._send(400, {"error": {"message": msg}})
+        n = int(body.get("sampling_params", {}).get("max_new_tokens", 16))
+        stream = bool(body.get("stream"))
+        seed = sum(ids) if ids else len(text)
+        t0 = time.perf_counter()
+        with lock:
+            state["running"] += 1
+        if stream:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+        out, verify_ct = [], 0
+        try:
+            time.sleep(PREFILL_S)
+            out.append(100 + seed % 2048)
+            if stream:
+                self._event({"output_ids": list(out), "meta_info": {"completion_tokens": len(out)}})
+            tic = time.perf_counter()
+            for k, (dt, toks) in enumerate(decode_steps(n), 1):
+                time.sleep(dt)
+                out += [100 + (seed + len(out) + j) % 2048 for j in range(toks)]
+                verify_ct += 1 if SPEC else 0
+                with lock:
+                    if SPEC:
+                        state["accept"] += toks
+                        state["forward"] += 1
+                    if RECORD and k % INTERVAL == 0:
+                        now = time.perf_counter()
+                        state["steps"].setdefault(state["running"], []).append((now - tic) / INTERVAL)
+                        tic = now
+                if stream:
+                    self._event({"output_ids": list(out), "meta_info": {"completion_tokens": len(out)}})
+        finally:
+            with lock:
+                state["running"] -= 1
+        meta = {"prompt_tokens": len(ids) if ids else len(text.split()), "completion_tokens": len(out),
+                "e2e_latency": time.perf_counter() - t0, "finish_reason": {"type": "length", "length": n}}
+        if SPEC:
+            meta.update(spec_verify_ct=verify_ct, spec_accept_length=len(out) / max(verify_ct, 1))
+        final = {"output_ids": out, "meta_info": meta}
+        if not stream:
+            return self._send(200, final)
+        self._event(final)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _event(self, obj):
+        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        self.wfile.flush()
+
+
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()

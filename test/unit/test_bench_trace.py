@@ -1,0 +1,46 @@
+"""Stage times from a real torch profiler trace (on the CPU here): the spans SGLang 0.5.14 records, around
+real work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_blackwell.bench.trace import load_trace, stage_times
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("suffix", [".trace.json", ".trace.json.gz"])
+def test_stage_times_from_a_real_profiler_trace(tmp_path: Path, suffix: str) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x = torch.randn(384, 384)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(6):
+            with record_function("step[DECODE bs=1]"):
+                x @ x
+            with record_function("draft"):
+                x @ x
+            with record_function("step[TARGET_VERIFY bs=1]"):
+                for _ in range(6):  # clearly more work than a decode step
+                    x @ x
+            with record_function("draft_extend"):
+                x @ x
+            with record_function("unrelated"):
+                x @ x
+    path = tmp_path / f"bench-123-TP-0{suffix}"  # the name sglang's /start_profile gives a trace
+    prof.export_chrome_trace(str(path))
+    if suffix.endswith(".gz"):
+        assert path.read_bytes()[:2] == b"\x1f\x8b"
+    res = stage_times(load_trace(path))
+    assert res["source"] == "CPU-side spans only (no GPU events)"  # no CUDA on this machine
+    assert set(res["stages"]) == {"decode", "draft", "verify", "draft_extend"}
+    assert all(s["n"] == 6 for s in res["stages"].values())
+    assert res["stages"]["verify"]["median_ms"] > 2 * res["stages"]["decode"]["median_ms"]
+
+
+def test_no_spans(tmp_path: Path) -> None:
+    assert stage_times([{"ph": "X", "cat": "kernel", "name": "gemm", "dur": 5}]) == {
+        "source": "no SGLang step spans in the trace", "stages": {}}
