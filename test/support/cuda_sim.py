@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 import types
 
-
 STATE = {"p2p_atomics": False}
 
 

@@ -140,11 +140,10 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
     import sglang.srt.layers.communicator as comm
     import sglang.srt.layers.flashinfer_comm_fusion as fcf
     from sglang.srt.layers.communicator import LayerCommunicator, LayerScatterModes
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.models import deepseek_v2 as dsv2
-
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
 
     args = default_server_args(enable_flashinfer_allreduce_fusion=fusion, tp_size=world_size, device="cpu")
     initialize_dp_attention(args, SimpleNamespace(hidden_size=hidden, dtype=torch.float32))

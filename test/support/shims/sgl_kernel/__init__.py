@@ -5,9 +5,8 @@ The real package also defines torch ops (torch.ops.sgl_kernel.*) from its .so, a
 registrations for sgl_kernel:: ops are skipped here (they would only matter under torch.compile).
 """
 
-import torch.library
-
 import _standin
+import torch.library
 
 _standin.install(globals(), "sgl_kernel", "0.0+cpu-test-standin")
 
