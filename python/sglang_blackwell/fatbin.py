@@ -233,3 +233,14 @@ def read_cuda_binary(path: Path | str) -> CudaBinary:
 def scan_tree(root: Path, pattern: str = "*.so") -> list[CudaBinary]:
     """Every matching file under root (sorted), parsed."""
     return [read_cuda_binary(p) for p in sorted(root.rglob(pattern)) if p.is_file()]
+
+
+def cubin_kernel_sizes(path: Path | str) -> dict[str, int]:
+    """Bytes of SASS per kernel (`.text.<mangled name>` sections) in a cubin: tells a real kernel from one
+    compiled to (almost) nothing, e.g. by an `#if __CUDA_ARCH__ < ...` guard."""
+    path = Path(path)
+    with path.open("rb") as f:
+        e_machine, _, secs = _elf_sections(f, str(path))
+    if e_machine != EM_CUDA:
+        raise UserError(f"{path}: not a cubin (ELF machine {e_machine})")
+    return {name[len(".text."):]: size for name, _t, _o, size in secs if name.startswith(".text.")}
