@@ -107,6 +107,7 @@ class Base:
     runtime: tuple[RuntimeArtifact, ...]
     dir: Path
     notes: str = ""
+    absorbed: dict[str, str] = field(default_factory=dict)  # Logical-Id -> upstream version/PR that has it
 
     def package(self, name: str) -> PatchedPackage:
         for p in self.patched:
@@ -204,9 +205,13 @@ def load_base(base_dir: Path) -> Base:
                       for j, f in enumerate(r.get("files", [])))
         runtime.append(RuntimeArtifact(r["name"], r["version"], r["index_url"], r["requirement"], files,
                                        r.get("source", "")))
+    absorbed = dict(b.get("absorbed", {}))
+    for lid in absorbed:
+        if not re.fullmatch(r"P\d+", lid):
+            raise _err(path, f"[base] absorbed: {lid!r} is not a Logical-Id like P3")
     return Base(name=b["name"], default=bool(b.get("default", False)), role=b["role"],
                 local_label=b["local_label"], cuda=b["cuda"], patched=tuple(patched), runtime=tuple(runtime),
-                dir=base_dir, notes=b.get("notes", ""))
+                dir=base_dir, notes=b.get("notes", ""), absorbed=absorbed)
 
 
 def list_bases(root: Path | None = None) -> list[Base]:

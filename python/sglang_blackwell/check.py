@@ -49,6 +49,10 @@ def check_base(base: Base, cache: Path | None = None, progress: Callable[[str], 
             res.problems.append(str(e))
             continue
         res.problems += validate_series(series)
+        for p in series.patches:
+            if p.logical_id in base.absorbed:
+                res.problems.append(f"base {base.name}: patch {p.name} ({p.logical_id}) is carried but base.toml "
+                                    f"says upstream absorbed it ({base.absorbed[p.logical_id]})")
         if not series.patches:
             res.lines.append(f"{base.name} {pkg.package}: no patches")
             continue

@@ -71,8 +71,11 @@ def reference_fused_allreduce_rmsnorm_local(full, residual, weight, eps):
 # EAGLE-3 aux hidden-state capture through DeepseekV2Model.forward (P3)
 
 
-def default_server_args(**overrides):
-    """A ServerArgs holding its declared defaults (no __post_init__: no model, no GPU probing)."""
+def default_server_args(fusion: bool | None = None, **overrides):
+    """A ServerArgs holding its declared defaults (no __post_init__: no model, no GPU probing).
+
+    fusion=True/False sets the user's fusion opt-in the way this sglang version spells it:
+    --enable-flashinfer-allreduce-fusion (0.5.9) or --flashinfer-allreduce-fusion-backend trtllm (0.5.14+)."""
     import dataclasses
 
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
@@ -83,10 +86,25 @@ def default_server_args(**overrides):
             setattr(args, f.name, f.default)
         elif f.default_factory is not dataclasses.MISSING:
             setattr(args, f.name, f.default_factory())
+    if fusion is not None:
+        if hasattr(args, "flashinfer_allreduce_fusion_backend"):
+            args.flashinfer_allreduce_fusion_backend = "trtllm" if fusion else None
+        else:
+            args.enable_flashinfer_allreduce_fusion = fusion
+    if getattr(args, "cuda_graph_config", False) is None:  # sglang >= 0.5.14 fills it in __post_init__
+        from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
+
+        args.cuda_graph_config = CudaGraphConfig()
     for k, v in overrides.items():
         setattr(args, k, v)
     set_global_server_args_for_scheduler(args)
     return args
+
+
+def fusion_enabled(args) -> bool:
+    if hasattr(args, "flashinfer_allreduce_fusion_backend"):
+        return args.flashinfer_allreduce_fusion_backend is not None
+    return bool(args.enable_flashinfer_allreduce_fusion)
 
 
 class _RowParallelPartial(torch.nn.Module):
@@ -107,7 +125,7 @@ class _RowParallelPartial(torch.nn.Module):
 
 
 class _FakeAttention(_RowParallelPartial):
-    def forward(self, positions, hidden_states, forward_batch, zero_allocator, llama_4_scaling=None):
+    def forward(self, positions, hidden_states, forward_batch, zero_allocator, llama_4_scaling=None, **_):
         return self.partial(hidden_states)  # o_proj with reduce_results=False: partial sums
 
 
@@ -145,8 +163,8 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.models import deepseek_v2 as dsv2
 
-    args = default_server_args(enable_flashinfer_allreduce_fusion=fusion, tp_size=world_size, device="cpu")
-    initialize_dp_attention(args, SimpleNamespace(hidden_size=hidden, dtype=torch.float32))
+    args = default_server_args(fusion=fusion, tp_size=world_size, device="cpu")
+    initialize_dp_attention(args, SimpleNamespace(hidden_size=hidden, dtype=torch.float32, hf_config=SimpleNamespace()))
     comm._is_sm90_supported = True  # simulated: SM90 with FlashInfer
     comm._is_flashinfer_available = True
     fused_calls = [0]
@@ -163,6 +181,7 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
         torch.nn.Module.__init__(layer)
         layer.layer_id = i
         layer.nsa_enable_prefill_cp = False
+        layer.dsa_enable_prefill_cp = layer.mla_enable_prefill_cp = False  # sglang 0.5.14
         layer.self_attn = _FakeAttention(hidden, rank, world_size, seed=100 + i)
         layer.mlp = _FakeMLP(hidden, rank, world_size, seed=200 + i)
         layer.input_layernorm = RMSNorm(hidden, eps=1e-6)
@@ -192,6 +211,8 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
     model.gemm_output_zero_allocator_size = 0
     model.pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True)
     model.cp_size = 1
+    model.use_dsa = model.dsa_enable_prefill_cp = model.mla_enable_prefill_cp = False  # sglang 0.5.14
+    model.config = SimpleNamespace(num_hidden_layers=num_layers)
 
     input_ids = torch.arange(tokens) + 5
     batch = SimpleNamespace(input_ids=input_ids, forward_mode=ForwardMode.TARGET_VERIFY, can_run_tbo=False,
@@ -224,11 +245,13 @@ def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 
     from sglang.srt.model_executor import cuda_graph_runner as cgr
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    args = default_server_args(enable_flashinfer_allreduce_fusion=True, tp_size=world_size, device="cpu",
+    if _has_module("sglang.srt.model_executor.runner.base_runner"):
+        return _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_tokens, hidden)
+    args = default_server_args(fusion=True, tp_size=world_size, device="cpu",
                                cuda_graph_bs=list(cuda_graph_bs), cuda_graph_max_bs=max(cuda_graph_bs),
                                speculative_algorithm="EAGLE3", speculative_num_draft_tokens=draft_tokens,
                                speculative_num_steps=draft_tokens - 1, speculative_eagle_topk=1)
-    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16,
+    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16, hf_config=SimpleNamespace(),
                                    is_encoder_decoder=False)
     initialize_dp_attention(args, model_config)
     comm._is_sm90_supported = True  # simulated SM90 + FlashInfer
@@ -269,3 +292,76 @@ def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 
         prefill_error = f"AssertionError: {e}"
     return dict(seen, prefill_gate=comm.apply_flashinfer_allreduce_fusion(prefill_tokens),
                 prefill_error=prefill_error, workspace_calls_after=len(fc.workspace_calls) - fused_before)
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_tokens, hidden) -> dict:
+    """sglang >= 0.5.14: the runners pre-initialize the workspaces in BaseRunner.warmup (first runner: the
+    eager one) before any CUDA-graph capture. Run the real _pre_initialize_flashinfer_allreduce_workspace on an
+    EagerRunner of an EAGLE-3 target with decode graphs up to bs 16 and 3 draft tokens."""
+    from types import SimpleNamespace
+
+    from support import cpu_ops, fi_comm
+
+    cpu_ops.register_custom_ops_for_cpu()
+    fc = fi_comm.install(fused_op=reference_fused_allreduce_rmsnorm)
+    import sglang.srt.layers.communicator as comm
+    import sglang.srt.layers.flashinfer_comm_fusion as fcf
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
+    from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    cg = CudaGraphConfig()
+    cg.decode.bs = list(cuda_graph_bs)
+    cg.decode.max_bs = max(cuda_graph_bs)
+    args = default_server_args(fusion=True, tp_size=world_size, device="cpu", cuda_graph_config=cg,
+                               speculative_algorithm="EAGLE3", speculative_num_draft_tokens=draft_tokens,
+                               speculative_num_steps=draft_tokens - 1, speculative_eagle_topk=1)
+    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16, hf_config=SimpleNamespace())
+    initialize_dp_attention(args, model_config)
+    comm._is_sm90_supported = True  # simulated SM90 + FlashInfer
+    comm._is_flashinfer_available = True
+    fcf.is_flashinfer_available = lambda: True
+    fcf._flashinfer_comm = fc
+    fcf._create_allreduce_fusion_workspace = fc.create_allreduce_fusion_workspace
+    fcf._flashinfer_create_workspace_supports_group = True
+    fcf._preflight_check_workspace_memory = lambda **kw: True  # simulated: GPU memory for the workspace
+
+    runner = EagerRunner.__new__(EagerRunner)
+    runner.model_runner = SimpleNamespace(
+        server_args=args, spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"), is_draft_worker=False,
+        model_config=model_config, dtype=torch.bfloat16, device="cuda")
+    runner._pre_initialize_flashinfer_allreduce_workspace()
+    max_num_token = max(cuda_graph_bs) * draft_tokens
+    mgr = fcf._get_workspace_manager(True)
+    seen = {"initialized": bool(mgr.initialized), "calls": [c for c in fc.workspace_calls if c["rank"] == rank],
+            "gate_at_max": comm.apply_flashinfer_allreduce_fusion(max_num_token),
+            "gate_above_max": comm.apply_flashinfer_allreduce_fusion(max_num_token + 1),
+            "max_num_token": max_num_token}
+    # both workspaces (attention TP, MoE TP) share a size: report the attention one
+    seen["calls"] = seen["calls"][-1:]
+
+    norm = RMSNorm(hidden, eps=1e-6).to(torch.bfloat16)
+    prefill_tokens = 2048
+    before = len(fc.workspace_calls)
+    x = torch.randn(prefill_tokens, hidden, dtype=torch.bfloat16)
+    res = torch.randn(prefill_tokens, hidden, dtype=torch.bfloat16)
+    prefill_error = None
+    try:
+        if comm.apply_flashinfer_allreduce_fusion(prefill_tokens):
+            with torch.no_grad():
+                norm.forward_with_allreduce_fusion(x, res)
+    except AssertionError as e:
+        prefill_error = f"AssertionError: {e}"
+    return dict(seen, prefill_gate=comm.apply_flashinfer_allreduce_fusion(prefill_tokens),
+                prefill_error=prefill_error, workspace_calls_after=len(fc.workspace_calls) - before)

@@ -37,11 +37,82 @@ def gate(capability: tuple[int, int], fusion_flag: bool, tokens: int = 3, tp: in
         fi_comm.install()
     from support.scenarios_fusion import default_server_args
 
-    default_server_args(enable_flashinfer_allreduce_fusion=fusion_flag, tp_size=tp)
+    default_server_args(fusion=fusion_flag, tp_size=tp)
     from sglang.srt.layers import communicator
 
     communicator = importlib.reload(communicator)
     return {"gate": bool(communicator.apply_flashinfer_allreduce_fusion(tokens))}
+
+
+def resolve_backend(capability: tuple[int, int], backend: str, multi_node: bool = False) -> dict:
+    """sglang >= 0.5.14: which FlashInfer fusion backend a requested one resolves to (or the error)."""
+    from support import fi_comm
+    from support.cuda_sim import simulate_cuda
+
+    simulate_cuda(capability=tuple(capability), device_count=8)
+    if "flashinfer.comm" not in sys.modules:
+        fi_comm.install()
+    import sglang.srt.layers.flashinfer_comm_fusion as fcf
+
+    if not hasattr(fcf, "_resolve_backend"):
+        return {"resolved": None, "error": None, "applicable": False}
+    try:
+        return {"resolved": fcf._resolve_backend(backend, multi_node), "error": None, "applicable": True}
+    except ValueError as e:
+        return {"resolved": None, "error": str(e), "applicable": True}
+
+
+def resolve_cases(cases: list[dict]) -> list[dict]:
+    return [resolve_backend(**c) for c in cases]
+
+
+def preflight_sizes(multicast_supported: bool) -> dict:
+    """sglang >= 0.5.14: the fusion workspace preflight's allocation sizes on a GPU with / without multicast
+    (a simulated CUDA driver: allocation granularity 2 MiB; cuMulticastGetGranularity fails without
+    multicast, as on PCIe-only GPUs)."""
+    from types import SimpleNamespace
+
+    from support import fi_comm
+
+    if "flashinfer.comm" not in sys.modules:
+        fi_comm.install()
+    import sglang.srt.layers.flashinfer_comm_fusion as fcf
+
+    if not hasattr(fcf, "_flashinfer_trtllm_workspace_allocation_sizes"):
+        return {"applicable": False}
+    ok, not_supported = "CUDA_SUCCESS", "CUDA_ERROR_NOT_SUPPORTED"
+    calls = []
+
+    def get_attr(attr, dev):
+        calls.append(("attr", attr))
+        return ok, int(multicast_supported)
+
+    def mc_granularity(prop, flags):
+        calls.append(("mc_granularity",))
+        return (ok, 1 << 29) if multicast_supported else (not_supported, 0)
+
+    driver = SimpleNamespace(
+        CUresult=SimpleNamespace(CUDA_SUCCESS=ok),
+        CUdevice_attribute=SimpleNamespace(CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED="MULTICAST_SUPPORTED"),
+        CUmemAllocationGranularity_flags=SimpleNamespace(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED=0),
+        CUmulticastGranularity_flags=SimpleNamespace(CU_MULTICAST_GRANULARITY_RECOMMENDED=0),
+        CUmulticastObjectProp=SimpleNamespace,
+        cuDeviceGetAttribute=get_attr,
+        cuMemGetAllocationGranularity=lambda prop, flags: (ok, 1 << 21),
+        cuMulticastGetGranularity=mc_granularity,
+    )
+    prop = SimpleNamespace(location=SimpleNamespace(id=0), requestedHandleTypes=0)
+    try:
+        sizes = fcf._flashinfer_trtllm_workspace_allocation_sizes(driver, prop, 8, 48, 7168, torch_bf16())
+        return {"applicable": True, "sizes": sizes, "error": None}
+    except RuntimeError as e:
+        return {"applicable": True, "sizes": None, "error": str(e)}
+
+
+def torch_bf16():
+    import torch
+
+    return torch.bfloat16
 
 
 def gate_cases(cases: list[dict]) -> list[dict]:
@@ -61,7 +132,8 @@ def auto_enable(capability: tuple[int, int], tp: int = 8) -> dict:
     model_dir = tempfile.mkdtemp(prefix="dsv3-config-")
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(DSV3_CONFIG, f)
-    args = default_server_args(model_path=model_dir, tokenizer_path=model_dir, tp_size=tp,
-                               enable_flashinfer_allreduce_fusion=False)
+    from support.scenarios_fusion import fusion_enabled
+
+    args = default_server_args(fusion=False, model_path=model_dir, tokenizer_path=model_dir, tp_size=tp)
     args._handle_model_specific_adjustments()
-    return {"auto_enabled": bool(args.enable_flashinfer_allreduce_fusion)}
+    return {"auto_enabled": fusion_enabled(args)}

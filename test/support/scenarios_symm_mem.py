@@ -80,6 +80,7 @@ def communicator(rank: int, world_size: int, capability=(12, 0), multicast: bool
         out["error"] = f"{type(e).__name__}: {e}"
         return out
     out.update(constructed=True, disabled=comm.disabled, kernels={}, max_abs_err={})
+    comm.device = torch.device("cpu")  # the simulated GPU's tensors live on the CPU here
     for nbytes in sizes:
         x = torch.full((nbytes // 2,), float(rank + 1), dtype=torch.bfloat16)
         if comm.disabled or not comm.should_torch_symm_mem_allreduce(x):

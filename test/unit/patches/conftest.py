@@ -37,6 +37,12 @@ def carrying(logical_id: str) -> list[str]:
     return out
 
 
+def absorbed(logical_id: str) -> list[str]:
+    """Bases whose upstream release already has the change (base.toml `absorbed`): the patch is dropped there
+    and its test must pass on the unpatched upstream code."""
+    return [b.name for b in list_bases() if logical_id in b.absorbed]
+
+
 class PatchTrees:
     def __init__(self, factory: TreeFactory):
         self.f = factory
@@ -50,6 +56,15 @@ class PatchTrees:
 
     def with_patch(self, base: str) -> list[Path]:
         return [self.f.built_tree(base, pkg) for pkg in PACKAGES]
+
+    def upstream(self, base: str, package: str) -> list[Path]:
+        """The unpatched release of `package`, beside the other package as built."""
+        return [self.f.tree(base, p, 0) if p == package else self.f.built_tree(base, p) for p in PACKAGES]
+
+    def assert_absorbed(self, base: str, package: str, code: str, problems: Callable[[dict], list[str]]) -> dict:
+        r = run_probe(self.upstream(base, package), code)
+        assert problems(r) == [], f"{base}: upstream {package} does not have the change after all: {problems(r)}"
+        return r
 
     def without_patch(self, base: str, logical_id: str) -> list[Path]:
         pkg, idx = self._locate(base, logical_id)

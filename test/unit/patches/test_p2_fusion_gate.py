@@ -33,6 +33,42 @@ def test_gate_matrix_needs_patch(base, patch_trees):
     assert r["without"]["gates"][0] is False  # upstream: SM120 silently ignores the opt-in flag
 
 
+RESOLVE_CASES = [  # sglang >= 0.5.14: --flashinfer-allreduce-fusion-backend resolution
+    ({"capability": (12, 0), "backend": "trtllm"}, "trtllm"),
+    ({"capability": (12, 0), "backend": "auto"}, "trtllm"),  # explicit opt-in; never auto-enabled
+    ({"capability": (12, 0), "backend": "mnnvl"}, None),       # needs NVLink multicast
+    ({"capability": (12, 0), "backend": "trtllm", "multi_node": True}, None),
+    ({"capability": (9, 0), "backend": "auto"}, "trtllm"),    # Hopper: unchanged
+]
+PATH_PROBE = ("import json\nfrom support.scenarios_gate import resolve_cases, preflight_sizes\n"
+              "print(json.dumps({'resolve': resolve_cases(" + repr([c for c, _ in RESOLVE_CASES]) + "), "
+              "'preflight_no_multicast': preflight_sizes(False), 'preflight_multicast': preflight_sizes(True)}))")
+
+
+def _path_problems(r: dict) -> list[str]:
+    p = []
+    for (case, want), got in zip(RESOLVE_CASES, r["resolve"], strict=True):
+        if got["resolved"] != want:
+            p.append(f"{case}: resolved to {got['resolved']!r} ({got['error']}), expected {want!r}")
+    pre = r["preflight_no_multicast"]
+    if pre["error"]:
+        p.append(f"workspace preflight fails on a GPU without multicast: {pre['error']}")
+    return p
+
+
+def _bases_with_unified_fusion_api() -> list[str]:
+    return [b for b in carrying("P2") if b != "0.5.9"]  # 0.5.9 has neither _resolve_backend nor the preflight
+
+
+@pytest.mark.parametrize("base", _bases_with_unified_fusion_api())
+def test_backend_resolution_and_preflight_need_patch(base, patch_trees):
+    """sglang >= 0.5.14 also rejects SM12x in _resolve_backend and, on GPUs without multicast (PCIe), fails
+    the workspace preflight at cuMulticastGetGranularity, so fusion is skipped with a warning."""
+    r = patch_trees.assert_needs_patch(base, "P2", PATH_PROBE, _path_problems)
+    assert r["with"]["preflight_multicast"]["sizes"] and not r["with"]["preflight_multicast"]["error"]
+    assert all(s % (1 << 21) == 0 for s in r["with"]["preflight_no_multicast"]["sizes"])
+
+
 @pytest.mark.parametrize("base", carrying("P2"))
 def test_never_auto_enabled_on_sm120(base, patch_trees):
     """ServerArgs turns fusion on by itself for DeepSeek-V3 on SM90 (so the scenario can see auto-enabling)

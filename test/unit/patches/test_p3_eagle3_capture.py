@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import carrying
+from .conftest import absorbed, carrying
 
 PROBE = """
 import json
@@ -42,3 +42,9 @@ def _problems(r: dict) -> list[str]:
 def test_aux_capture_equal_with_fusion(base, patch_trees):
     r = patch_trees.assert_needs_patch(base, "P3", PROBE, _problems)
     assert r["without"]["aux_diff"] > 1e-2  # the silent bug: per-rank partial sums reach the draft
+
+
+@pytest.mark.parametrize("base", absorbed("P3"))
+def test_absorbed_upstream(base, patch_trees):
+    """Where base.toml says upstream has the fix, the same scenario passes on the unpatched release."""
+    patch_trees.assert_absorbed(base, "sglang", PROBE, _problems)
