@@ -227,11 +227,16 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
 # Fusion workspace created before CUDA-graph capture and sized for the captured graphs (P5)
 
 
+GATE_SIZES = (1, 24, 25, 48, 49, 2048)
+
+
 def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 16), draft_tokens: int = 3,
                          hidden: int = 64) -> dict:
     """Build a real CudaGraphRunner for an EAGLE-3 target (TARGET_VERIFY graphs) with fusion enabled; its
     capture() is replaced by a recorder of the fusion workspace state at the moment capture would start.
     Then exercise the fused RMSNorm path at and above the captured size, as prefill would."""
+    if _has_module("sglang.srt.model_executor.runner.base_runner"):
+        return _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_tokens, hidden)
     from types import SimpleNamespace
 
     from support import cpu_ops, fi_comm
@@ -245,14 +250,12 @@ def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 
     from sglang.srt.model_executor import cuda_graph_runner as cgr
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    if _has_module("sglang.srt.model_executor.runner.base_runner"):
-        return _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_tokens, hidden)
     args = default_server_args(fusion=True, tp_size=world_size, device="cpu",
                                cuda_graph_bs=list(cuda_graph_bs), cuda_graph_max_bs=max(cuda_graph_bs),
                                speculative_algorithm="EAGLE3", speculative_num_draft_tokens=draft_tokens,
                                speculative_num_steps=draft_tokens - 1, speculative_eagle_topk=1)
-    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16, hf_config=SimpleNamespace(),
-                                   is_encoder_decoder=False)
+    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16,
+                                   hf_config=SimpleNamespace(), is_encoder_decoder=False)
     initialize_dp_attention(args, model_config)
     comm._is_sm90_supported = True  # simulated SM90 + FlashInfer
     comm._is_flashinfer_available = True
@@ -264,6 +267,7 @@ def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 
     def record_capture(self):
         mgr = fcf._workspace_manager
         seen.update(initialized=mgr.initialized, calls=list(fc.workspace_calls),
+                    gate={n: bool(comm.apply_flashinfer_allreduce_fusion(n)) for n in GATE_SIZES},
                     gate_at_max=comm.apply_flashinfer_allreduce_fusion(self.max_num_token),
                     gate_above_max=comm.apply_flashinfer_allreduce_fusion(self.max_num_token + 1),
                     max_num_token=self.max_num_token)
@@ -295,12 +299,13 @@ def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 
 
 
 def _has_module(name: str) -> bool:
-    import importlib.util
+    """Does the sglang tree under test have this module (by file, without importing it)?"""
+    import os
 
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
+    import sglang
+
+    rel = name.split(".", 1)[1].replace(".", os.sep) + ".py"
+    return os.path.exists(os.path.join(os.path.dirname(sglang.__file__), rel))
 
 
 def _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_tokens, hidden) -> dict:
@@ -327,7 +332,8 @@ def _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_toke
     args = default_server_args(fusion=True, tp_size=world_size, device="cpu", cuda_graph_config=cg,
                                speculative_algorithm="EAGLE3", speculative_num_draft_tokens=draft_tokens,
                                speculative_num_steps=draft_tokens - 1, speculative_eagle_topk=1)
-    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16, hf_config=SimpleNamespace())
+    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16,
+                                   hf_config=SimpleNamespace())
     initialize_dp_attention(args, model_config)
     comm._is_sm90_supported = True  # simulated SM90 + FlashInfer
     comm._is_flashinfer_available = True
@@ -336,6 +342,8 @@ def _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_toke
     fcf._create_allreduce_fusion_workspace = fc.create_allreduce_fusion_workspace
     fcf._flashinfer_create_workspace_supports_group = True
     fcf._preflight_check_workspace_memory = lambda **kw: True  # simulated: GPU memory for the workspace
+    fcf.is_sm90_supported = lambda *a: True  # simulated SM90 for the backend resolution
+    fcf.is_sm100_supported = lambda *a: False
 
     runner = EagerRunner.__new__(EagerRunner)
     runner.model_runner = SimpleNamespace(
@@ -345,6 +353,7 @@ def _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_toke
     max_num_token = max(cuda_graph_bs) * draft_tokens
     mgr = fcf._get_workspace_manager(True)
     seen = {"initialized": bool(mgr.initialized), "calls": [c for c in fc.workspace_calls if c["rank"] == rank],
+            "gate": {n: bool(comm.apply_flashinfer_allreduce_fusion(n)) for n in GATE_SIZES},
             "gate_at_max": comm.apply_flashinfer_allreduce_fusion(max_num_token),
             "gate_above_max": comm.apply_flashinfer_allreduce_fusion(max_num_token + 1),
             "max_num_token": max_num_token}

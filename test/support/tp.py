@@ -29,6 +29,9 @@ def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, qu
     try:
         init = f"tcp://127.0.0.1:{port}"
         if sglang_init:
+            from support.cpu_ops import register_custom_ops_for_cpu
+
+            register_custom_ops_for_cpu()  # before sglang registers its custom ops (CUDA key only)
             from sglang.srt.distributed.parallel_state import (
                 init_distributed_environment,
                 initialize_model_parallel,
