@@ -155,6 +155,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return a.bench_fn(a)
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    from .serve import run
+
+    args = a.sglang_args[1:] if a.sglang_args[:1] == ["--"] else a.sglang_args
+    return run(args, table=a.table, profile=a.profile, dry_run=a.dry_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
@@ -218,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", help="interpreter whose NCCL startup hook to inspect (default: this one)")
     p.add_argument("--tp", type=int, help="tensor-parallel size for the all-reduce plan (default: GPU count)")
     p.set_defaults(fn=cmd_doctor)
+
+    p = sub.add_parser("serve", help="launch sglang with the tuned all-reduce knobs and NCCL profile",
+                       description="sglang-blackwell serve [--table T] [--profile P] [--dry-run] -- <sglang args>")
+    p.add_argument("--table", help="all-reduce dispatch table (default: the one `bench allreduce --tune` wrote)")
+    p.add_argument("--profile", help="NCCL profile (default: the table's, else auto for this topology)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the command, start nothing")
+    p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then python -m sglang.launch_server arguments")
+    p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("report", help="print the patch report of a base")
     p.add_argument("--base")
