@@ -51,8 +51,23 @@ def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, qu
         queue.put((rank, "error", traceback.format_exc()))
 
 
+TRANSIENT = ("DistNetworkError", "Broken pipe", "Connection reset", "Address already in use")
+
+
 def run_tp(world_size: int, target: str, kwargs: dict | None = None, timeout: float = 180,
-           sglang_init: bool = True) -> list:
+           sglang_init: bool = True, attempts: int = 2) -> list:
+    """Retries once (fresh port, fresh processes) when the rendezvous itself fails transiently (a loaded
+    machine, a port taken between probing and binding); a failure of the scenario is never retried."""
+    for attempt in range(attempts):
+        try:
+            return _run_tp_once(world_size, target, kwargs, timeout, sglang_init)
+        except RuntimeError as e:
+            if attempt + 1 == attempts or not any(t in str(e) for t in TRANSIENT):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_tp_once(world_size: int, target: str, kwargs: dict | None, timeout: float, sglang_init: bool) -> list:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
