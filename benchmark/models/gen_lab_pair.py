@@ -10,10 +10,11 @@ writes DIR/target/{config.json, generation_config.json, model.safetensors} and D
 or the random draft; with `--draft both` also DIR/draft-random/), then prints a JSON summary.
 Needs only torch and safetensors. The construction is explained in README.md next to this file.
 
-Determinism: the structure (bigram map, embedding basis, draft subspace) is drawn from the CPU RNG and
-computed in float64 with elementwise operations only (no BLAS), so it is identical everywhere. The bulk
-random weights are drawn per tensor from a generator on --device seeded from (seed, tensor name): the
-same seed gives byte-identical files on the same device type and torch version.
+Determinism: the structure (bigram map, embedding basis, draft directions) comes from the CPU RNG and is
+computed in float64 without BLAS (Hadamard butterflies, element-wise ops), so the map B is the same for a
+given seed whatever --device is. The bulk random weights are drawn per tensor from a generator on --device
+seeded from (seed, tensor name): the same seed gives byte-identical files on the same device type and
+torch version.
 """
 
 from __future__ import annotations

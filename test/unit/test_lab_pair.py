@@ -173,7 +173,7 @@ def test_constructed_draft_drafts_both_chain_tokens(pair, target):
 def test_random_draft_is_not_accepted(pair, target):
     out, _ = pair
     draft = _draft(out, "draft-random", target)
-    ids = _chain(torch.tensor([P.s_start, P.s_start + 17]), P.s_size)
+    ids = _chain(torch.tensor([P.s_start, P.s_start + 17]), 96)
     _, aux, _, _ = _run(target, ids)
     acc = torch.cat([R.accept_lengths(*R.draft_two_steps(draft, aux[s], ids[s])[:2], ids[s]).float()
                      for s in range(2)])
