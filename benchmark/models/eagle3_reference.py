@@ -102,29 +102,52 @@ def top2_margin(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return top.indices[:, 0], top.values[:, 0] - top.values[:, 1]
 
 
-def draft_two_steps(draft: Eagle3Draft, aux: torch.Tensor, tokens: torch.Tensor):
-    """For every position j of a sequence whose target aux states are known, what EAGLE-3 (steps=2, topk=1)
-    drafts after the target has produced tokens[j+1]:
-      step A (draft extend): hidden = aux[j], input token tokens[j+1], KV of positions 0..j -> d1
-      step B (draft decode): hidden = step A's pre-norm output, input token d1, position j+1, attending to
-             the extend KV of positions 0..j and to itself -> d2
-    Returns target ids (d1, d2) and margins (each (T-1,)). aux: (T, 3H); tokens: (T,)."""
+def draft_chain(draft: Eagle3Draft, aux: torch.Tensor, tokens: torch.Tensor, steps: int = 2):
+    """For every position j of a sequence whose target aux states are known, the chain EAGLE-3 drafts
+    (topk=1, `steps` draft tokens) after the target has produced tokens[j+1]:
+      step 1 (draft extend): hidden = aux[j], input token tokens[j+1], KV of positions 0..j -> d1
+      step s > 1 (draft decode): hidden = the previous step's pre-norm output, input token d_{s-1},
+             position j+s-1, attending to the extend KV of positions 0..j, the earlier decode steps of the
+             same chain, and itself -> d_s
+    Returns (drafts, margins): lists of `steps` tensors of target ids / top1-top2 margins, each (T-1,)."""
     T = tokens.shape[0]
     pos = torch.arange(T - 1)
-    logits_a, hid_a, kv = draft.forward(aux[:-1], tokens[1:], pos)
-    d1_local, m1 = top2_margin(logits_a)
-    d1 = draft.hot[d1_local]
-    # step B for all j at once: query j (position j+1) sees extend KV 0..j and its own new KV
-    mask = torch.cat([pos[None, :] <= pos[:, None], torch.eye(T - 1, dtype=torch.bool)], dim=1)
-    logits_b, _, _ = draft.forward(hid_a, d1, pos + 1, cache=kv, mask=mask)
-    d2_local, m2 = top2_margin(logits_b)
-    return d1, draft.hot[d2_local], m1, m2
+    logits, hid, kv = draft.forward(aux[:-1], tokens[1:], pos)
+    d, m = top2_margin(logits)
+    drafts, margins = [draft.hot[d]], [m]
+    causal = pos[None, :] <= pos[:, None]
+    chain_kv: list[KV] = []
+    for s in range(1, steps):
+        own = [torch.eye(T - 1, dtype=torch.bool)] * (len(chain_kv) + 1)  # row j sees only its own chain
+        cache = KV(torch.cat([kv.k] + [c.k for c in chain_kv]), torch.cat([kv.v] + [c.v for c in chain_kv]),
+                   torch.cat([kv.pos] + [c.pos for c in chain_kv]))
+        logits, hid, new = draft.forward(hid, drafts[-1], pos + s, cache=cache,
+                                         mask=torch.cat([causal, *own], dim=1))
+        chain_kv.append(new)
+        d, m = top2_margin(logits)
+        drafts.append(draft.hot[d])
+        margins.append(m)
+    return drafts, margins
+
+
+def draft_two_steps(draft: Eagle3Draft, aux: torch.Tensor, tokens: torch.Tensor):
+    """steps=2 (the lab configuration): (d1, d2, margin1, margin2)."""
+    (d1, d2), (m1, m2) = draft_chain(draft, aux, tokens, 2)
+    return d1, d2, m1, m2
+
+
+def accept_chain(drafts: list[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+    """Accept length (accepted drafts + the target's bonus token) of the verify round at each position j:
+    drafts[s][j] must equal tokens[j+2+s], and acceptance stops at the first miss."""
+    n = tokens.shape[0] - 1 - len(drafts)
+    ok = torch.ones(n, dtype=torch.bool)
+    total = torch.ones(n, dtype=torch.long)
+    for s, d in enumerate(drafts):
+        ok = ok & (d[:n] == tokens[2 + s : 2 + s + n])
+        total += ok.long()
+    return total
 
 
 def accept_lengths(d1: torch.Tensor, d2: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Accept length (accepted drafts + the target's bonus token) of a verify round at each position j,
-    given the true continuation tokens[j+2], tokens[j+3]. Positions without both are dropped."""
-    n = tokens.shape[0] - 3
-    ok1 = d1[:n] == tokens[2 : 2 + n]
-    ok2 = ok1 & (d2[:n] == tokens[3 : 3 + n])
-    return 1 + ok1.long() + ok2.long()
+    """accept_chain for steps=2."""
+    return accept_chain([d1, d2], tokens)

@@ -87,12 +87,13 @@ SUBLAYER_GAIN = 0.05  # o_proj / down_proj scale: each attention/MLP output is ~
 WITNESS_GAIN = 4.0  # rms of one TP rank's partial shared-expert output on the witness coordinates
 TARGET_LOGIT_GAP = 32.0  # logit of B(t) given a hidden state on embed(t)
 TARGET_LOGIT_NOISE = 1.5  # std of the random part of every logit (so non-top logprobs carry numerics)
-DRAFT_FC_GAIN = 20.0  # phi: rms of fc(aux) (the draft's "where the target is" signal)
-DRAFT_EMBED_GAIN = 2.0  # alpha: what attention adds from embed(next token)
-DRAFT_ERASE = 12.0  # beta: attention subtracts beta * hidden_norm(hidden) on the signal coordinates
+# kappa: fc writes kappa * a(B(t)); attention adds kappa * a(token) and subtracts kappa * hidden_norm(hidden).
+# The subtraction removes exactly a hidden of rms kappa, so every draft step's output is again kappa * a(its
+# prediction): a fixed point, whatever the number of draft steps.
+DRAFT_SIGNAL = 10.0
 DRAFT_ATTN_SCORE = 60.0  # pre-softmax score of a position with itself (others: ~N(0, 5))
 DRAFT_LOGIT_GAP = 30.0  # draft logit of the predicted token at a clean draft-extend step
-WITNESS_READ_RATIO = 30.0  # fc reads the witness coords: one wrong aux capture -> fc garbage 30x the signal
+WITNESS_READ_RATIO = 100.0  # fc reads the witness coords: one wrong aux capture -> garbage 100x the signal
 DRAFT_NOISE_GAIN = 0.01  # small random part of every draft weight, relative to its role's scale
 DRAFT_MLP_GAIN = 0.02
 RMS_EPS = 1e-6
@@ -324,10 +325,10 @@ def _token_maps(w: Weights, p: Preset) -> None:
 
 
 def build_draft_constructed(st: Structure, w: Weights) -> None:
-    """See README "The draft". Draft residual coordinates [0, d_A) carry a(x): the unit direction of token x.
-    fc(aux of t) = phi * sqrt(H) * a(B(t)); attention (each head attends to its own position) adds
-    alpha * sqrt(H) * a(next token) and subtracts beta * hidden_norm(hidden) on [0, d_A);
-    lm_head row of u reads a(B^-1(u))."""
+    """See README "Construction: the draft". Draft residual coordinates [0, d_A) carry a(x), the unit
+    direction of token x. fc(aux of t) = kappa * sqrt(H) * a(B(t)); attention (each head attends to its own
+    position) adds kappa * sqrt(H) * a(input token) and subtracts kappa * hidden_norm(hidden) on [0, d_A);
+    lm_head row u reads a(B^-1(u))."""
     p, H, d_a = st.preset, st.preset.hidden, st.d_a
     hd, nkv, nq = p.draft_head_dim, p.draft_kv_heads, p.draft_heads
     rep = nq // nkv
@@ -342,13 +343,13 @@ def build_draft_constructed(st: Structure, w: Weights) -> None:
 
     # fc: 3 x hidden -> hidden, the mean of the three captured states through F = F_E + F_W
     f = torch.zeros(H, H, dtype=torch.float64)
-    f[:d_a] = st.from_basis(DRAFT_FC_GAIN / EMBED_RMS * st.draft_dirs[:, st.succ])
+    f[:d_a] = st.from_basis(DRAFT_SIGNAL / EMBED_RMS * st.draft_dirs[:, st.succ])
     # a witness of rms WITNESS_GAIN in one of the three captures gives garbage of norm
-    # read * WITNESS_GAIN * sqrt(d_A) / 3 = WITNESS_READ_RATIO * (signal norm DRAFT_FC_GAIN * sqrt(H))
-    read = 3 * WITNESS_READ_RATIO * DRAFT_FC_GAIN * math.sqrt(H) / (WITNESS_GAIN * math.sqrt(d_a))
+    # read * WITNESS_GAIN * sqrt(d_A) / 3 = WITNESS_READ_RATIO * (signal norm DRAFT_SIGNAL * sqrt(H))
+    read = 3 * WITNESS_READ_RATIO * DRAFT_SIGNAL * math.sqrt(H) / (WITNESS_GAIN * math.sqrt(d_a))
     wit_read = w.randn("fc.witness", d_a, p.witness_dims, std=read / math.sqrt(p.witness_dims))
     f[:d_a, st.witness] = wit_read.cpu().double()
-    fc = torch.cat([f, f, f], dim=1) / 3 + noise("fc.weight", H, 3 * H, scale=DRAFT_FC_GAIN)
+    fc = torch.cat([f, f, f], dim=1) / 3 + noise("fc.weight", H, 3 * H, scale=DRAFT_SIGNAL)
     w.put("fc.weight", fc)
 
     # attention: q = k = K_g(norm(embed)) per kv group (self-match score DRAFT_ATTN_SCORE); v on [0, d_A)
@@ -359,8 +360,8 @@ def build_draft_constructed(st: Structure, w: Weights) -> None:
     q = torch.cat([kg.repeat_interleave(rep, dim=0).reshape(nq * hd, H),
                    torch.zeros(nq * hd, H, dtype=torch.float64)], dim=1)
     v = torch.zeros(nkv * hd, 2 * H, dtype=torch.float64)
-    v[:d_a, :H] = st.from_basis(DRAFT_EMBED_GAIN * st.draft_dirs)
-    v[:d_a, H : H + d_a] = -DRAFT_ERASE * torch.eye(d_a, dtype=torch.float64)
+    v[:d_a, :H] = st.from_basis(DRAFT_SIGNAL * st.draft_dirs)
+    v[:d_a, H : H + d_a] = -DRAFT_SIGNAL * torch.eye(d_a, dtype=torch.float64)
     for name, t in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
         full = f"midlayer.self_attn.{name}.weight"
         w.put(full, t + noise(full, *t.shape, scale=1.0))
