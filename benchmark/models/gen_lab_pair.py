@@ -196,14 +196,21 @@ def build_structure(p: Preset, seed: int) -> Structure:
 
 
 class Weights:
-    """Random tensors drawn per name (seeded by seed and name) on the chosen device, kept as CPU bf16."""
+    """Random tensors drawn per name (seeded by seed and name) on the chosen device, combined there in
+    float32 with the (CPU, float64) structure, and kept as CPU tensors of the checkpoint dtype."""
 
     def __init__(self, seed: int, device: str):
         self.seed, self.device, self.tensors = seed, device, {}
 
     def randn(self, name: str, *shape: int, std: float) -> torch.Tensor:
         g = torch.Generator(device=self.device).manual_seed(self.seed * 1_000_003 + zlib.crc32(name.encode()))
-        return torch.randn(*shape, generator=g, device=self.device, dtype=torch.float32) * std
+        return torch.randn(*shape, generator=g, device=self.device, dtype=torch.float32).mul_(std)
+
+    def dev(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.device, torch.float32)
+
+    def zeros(self, *shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, device=self.device)
 
     def put(self, name: str, t: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> None:
         self.tensors[name] = t.to(dtype).contiguous().cpu()
@@ -241,12 +248,13 @@ def build_target(st: Structure, w: Weights) -> None:
     p, H = st.preset, st.preset.hidden
     keep = torch.ones(H, 1, device=w.device)  # rows a sublayer may write: everything but the witness coords
     keep[st.witness.to(w.device)] = 0.0
-    emb = EMBED_RMS * math.sqrt(H) * st.basis[token_index(p)]
+    emb = w.dev(st.basis)[token_index(p).to(w.device)].mul_(EMBED_RMS * math.sqrt(H))
     w.put("model.embed_tokens.weight", emb)
+    del emb
 
     def lin(name: str, out_f: int, in_f: int, gain: float = 1.0, rows: torch.Tensor | None = None) -> None:
         t = w.randn(name, out_f, in_f, std=gain / math.sqrt(in_f))
-        w.put(name, t if rows is None else t * rows)
+        w.put(name, t if rows is None else t.mul_(rows))
 
     def ones(name: str, n: int) -> None:
         w.put(name, torch.ones(n))
@@ -277,8 +285,8 @@ def build_target(st: Structure, w: Weights) -> None:
             lin(q + "down_proj.weight", H, p.moe_intermediate, SUBLAYER_GAIN, keep)
         build_witness_expert(st, w, pre + "mlp.shared_experts.")
     ones("model.norm.weight", H)
-    head = w.randn("lm_head.weight", p.vocab, H, std=TARGET_LOGIT_NOISE / math.sqrt(H)).cpu().double()
-    head[p.s_start : p.s_start + p.s_size] += TARGET_LOGIT_GAP / math.sqrt(H) * st.basis[st.pred]
+    head = w.randn("lm_head.weight", p.vocab, H, std=TARGET_LOGIT_NOISE / math.sqrt(H))
+    head[p.s_start : p.s_start + p.s_size] += w.dev(TARGET_LOGIT_GAP / math.sqrt(H) * st.basis[st.pred])
     w.put("lm_head.weight", head)
 
 
@@ -291,7 +299,7 @@ def build_witness_expert(st: Structure, w: Weights, pre: str) -> None:
     gate = w.randn(pre + "gate_proj.weight", half, H, std=1 / math.sqrt(H))
     up = w.randn(pre + "up_proj.weight", half, H, std=1 / math.sqrt(H))
     d = w.randn(pre + "down_proj.weight", p.witness_dims, half, std=WITNESS_GAIN / (0.6 * math.sqrt(half)))
-    down = torch.zeros(H, 2 * half, device=w.device)
+    down = w.zeros(H, 2 * half)
     wit = st.witness.to(w.device)
     down[wit, :half], down[wit, half:] = d, -d
     w.put(pre + "gate_proj.weight", torch.cat([gate, gate]))
@@ -335,38 +343,36 @@ def build_draft_constructed(st: Structure, w: Weights) -> None:
     eps = DRAFT_NOISE_GAIN
 
     def noise(name: str, *shape: int, scale: float) -> torch.Tensor:
-        return w.randn(name, *shape, std=eps * scale / math.sqrt(shape[-1])).cpu().double()
+        return w.randn(name, *shape, std=eps * scale / math.sqrt(shape[-1]))
 
     for n in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
               "midlayer.post_attention_layernorm.weight", "norm.weight"):
         w.put(n, torch.ones(H))
 
     # fc: 3 x hidden -> hidden, the mean of the three captured states through F = F_E + F_W
-    f = torch.zeros(H, H, dtype=torch.float64)
-    f[:d_a] = st.from_basis(DRAFT_SIGNAL / EMBED_RMS * st.draft_dirs[:, st.succ])
+    f = w.zeros(H, H)
+    f[:d_a] = w.dev(st.from_basis(DRAFT_SIGNAL / EMBED_RMS * st.draft_dirs[:, st.succ]))
     # a witness of rms WITNESS_GAIN in one of the three captures gives garbage of norm
     # read * WITNESS_GAIN * sqrt(d_A) / 3 = WITNESS_READ_RATIO * (signal norm DRAFT_SIGNAL * sqrt(H))
     read = 3 * WITNESS_READ_RATIO * DRAFT_SIGNAL * math.sqrt(H) / (WITNESS_GAIN * math.sqrt(d_a))
     wit_read = w.randn("fc.witness", d_a, p.witness_dims, std=read / math.sqrt(p.witness_dims))
-    f[:d_a, st.witness] = wit_read.cpu().double()
+    f[:d_a, st.witness.to(w.device)] = wit_read
     fc = torch.cat([f, f, f], dim=1) / 3 + noise("fc.weight", H, 3 * H, scale=DRAFT_SIGNAL)
     w.put("fc.weight", fc)
 
     # attention: q = k = K_g(norm(embed)) per kv group (self-match score DRAFT_ATTN_SCORE); v on [0, d_A)
     k_std = math.sqrt(DRAFT_ATTN_SCORE / (H * math.sqrt(hd)))
-    kg = w.randn("midlayer.self_attn.k_proj.groups", nkv, hd, H, std=k_std).cpu().double()
-    zeros_h = torch.zeros(nkv * hd, H, dtype=torch.float64)
-    k = torch.cat([kg.reshape(nkv * hd, H), zeros_h], dim=1)
-    q = torch.cat([kg.repeat_interleave(rep, dim=0).reshape(nq * hd, H),
-                   torch.zeros(nq * hd, H, dtype=torch.float64)], dim=1)
-    v = torch.zeros(nkv * hd, 2 * H, dtype=torch.float64)
-    v[:d_a, :H] = st.from_basis(DRAFT_SIGNAL * st.draft_dirs)
-    v[:d_a, H : H + d_a] = -DRAFT_SIGNAL * torch.eye(d_a, dtype=torch.float64)
+    kg = w.randn("midlayer.self_attn.k_proj.groups", nkv, hd, H, std=k_std)
+    k = torch.cat([kg.reshape(nkv * hd, H), w.zeros(nkv * hd, H)], dim=1)
+    q = torch.cat([kg.repeat_interleave(rep, dim=0).reshape(nq * hd, H), w.zeros(nq * hd, H)], dim=1)
+    v = w.zeros(nkv * hd, 2 * H)
+    v[:d_a, :H] = w.dev(st.from_basis(DRAFT_SIGNAL * st.draft_dirs))
+    v[:d_a, H : H + d_a] = -DRAFT_SIGNAL * torch.eye(d_a, device=w.device)
     for name, t in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
         full = f"midlayer.self_attn.{name}.weight"
         w.put(full, t + noise(full, *t.shape, scale=1.0))
-    o = torch.zeros(H, nq * hd, dtype=torch.float64)
-    c = torch.arange(d_a)
+    o = w.zeros(H, nq * hd)
+    c = torch.arange(d_a, device=w.device)
     for r in range(rep):  # o[c] = mean over the query heads of kv group c // hd of their output dim c % hd
         o[c, ((c // hd) * rep + r) * hd + c % hd] = 1.0 / rep
     o_name = "midlayer.self_attn.o_proj.weight"
@@ -379,8 +385,8 @@ def build_draft_constructed(st: Structure, w: Weights) -> None:
         full = f"midlayer.mlp.{name}.weight"
         w.put(full, w.randn(full, *shape, std=std))
 
-    head = torch.zeros(p.s_size, H, dtype=torch.float64)
-    head[:, :d_a] = DRAFT_LOGIT_GAP / math.sqrt(H) * st.draft_dirs[:, st.pred].T
+    head = w.zeros(p.s_size, H)
+    head[:, :d_a] = w.dev(DRAFT_LOGIT_GAP / math.sqrt(H) * st.draft_dirs[:, st.pred].T)
     w.put("lm_head.weight", head + noise("lm_head.weight", p.s_size, H, scale=DRAFT_LOGIT_GAP / math.sqrt(H)))
     _token_maps(w, p)
 
