@@ -1,0 +1,548 @@
+#!/usr/bin/env python3
+"""Generate the lab model pair: a DeepSeek-V3-architecture target that acts as a bigram map with large
+logit margins, and an EAGLE-3 draft (sglang's LlamaForCausalLMEagle3) built from the same map, so that
+speculative acceptance is real and explainable. No training, no downloads, no tokenizer.
+
+    python3 gen_lab_pair.py --out DIR [--device cuda|cpu] [--seed 0] [--preset lab|tiny]
+                            [--draft constructed|random|both]
+
+writes DIR/target/{config.json, generation_config.json, model.safetensors} and DIR/draft/ (the constructed
+or the random draft; with `--draft both` also DIR/draft-random/), then prints a JSON summary.
+Needs only torch and safetensors. The construction is explained in README.md next to this file.
+
+Determinism: the structure (bigram map, embedding basis, draft directions) comes from the CPU RNG and is
+computed in float64 without BLAS (Hadamard butterflies, element-wise ops), so the map B is the same for a
+given seed whatever --device is. The bulk random weights are drawn per tensor from a generator on --device
+seeded from (seed, tensor name): the same seed gives byte-identical files on the same device type and
+torch version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import asdict, dataclass
+
+import torch
+
+# ----------------------------------------------------------------------------------------------------------
+# Model-shape presets: the only place sizes live.
+
+
+@dataclass(frozen=True)
+class Preset:
+    # target: DeepSeek-V3 architecture
+    hidden: int
+    layers: int
+    heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    dense_intermediate: int  # the first (dense) layer's MLP
+    moe_intermediate: int  # each routed expert and the shared expert
+    routed_experts: int
+    experts_per_token: int
+    vocab: int
+    # the closed token set S = [s_start, s_start + s_size), a power of two
+    s_start: int
+    s_size: int
+    embed_support: int  # coordinates the (Hadamard) embedding basis spreads over, power of two, >= s_size
+    witness_dims: int  # coordinates reserved for the TP-mirrored shared expert (see README: "witness")
+    # draft: sglang LlamaForCausalLMEagle3, one decoder layer, hidden = target hidden
+    draft_heads: int
+    draft_kv_heads: int
+    draft_head_dim: int
+    draft_intermediate: int
+
+
+PRESETS: dict[str, Preset] = {
+    # 2x H200 lab: hidden and MLA dims of DeepSeek-V3 (a 3-token verify all-reduce is 3 x 7168 x 2 B = 42 KB,
+    # as on the Kimi-K2.5 target box), 10 layers, 8 routed experts top-2 + 1 shared. ~6.3 B params, 12.6 GB.
+    "lab": Preset(
+        hidden=7168, layers=10, heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, dense_intermediate=18432, moe_intermediate=2048,
+        routed_experts=8, experts_per_token=2, vocab=32000, s_start=100, s_size=2048, embed_support=4096,
+        witness_dims=1024, draft_heads=32, draft_kv_heads=8, draft_head_dim=128, draft_intermediate=4096,
+    ),
+    # CPU tests: same construction, small enough for transformers on one CPU core (14.5 M params).
+    "tiny": Preset(
+        hidden=512, layers=7, heads=8, q_lora_rank=128, kv_lora_rank=64, qk_nope_head_dim=32,
+        qk_rope_head_dim=16, v_head_dim=32, dense_intermediate=384, moe_intermediate=128,
+        routed_experts=8, experts_per_token=2, vocab=1024, s_start=100, s_size=256, embed_support=256,
+        witness_dims=128, draft_heads=8, draft_kv_heads=4, draft_head_dim=64, draft_intermediate=256,
+    ),
+}
+
+# Construction constants (same for every preset; the README derives them).
+EMBED_RMS = 1.0  # rms of every token embedding
+SUBLAYER_GAIN = 0.05  # o_proj / down_proj scale: each attention/MLP output is ~3% of the residual stream
+WITNESS_GAIN = 4.0  # rms of one TP rank's partial shared-expert output on the witness coordinates
+TARGET_LOGIT_GAP = 32.0  # logit of B(t) given a hidden state on embed(t)
+TARGET_LOGIT_NOISE = 1.5  # std of the random part of every logit (so non-top logprobs carry numerics)
+# kappa: fc writes kappa * a(B(t)); attention adds kappa * a(token) and subtracts kappa * hidden_norm(hidden).
+# The subtraction removes exactly a hidden of rms kappa, so every draft step's output is again kappa * a(its
+# prediction): a fixed point, whatever the number of draft steps.
+DRAFT_SIGNAL = 10.0
+DRAFT_ATTN_SCORE = 60.0  # pre-softmax score of a position with itself (others: ~N(0, 5))
+DRAFT_LOGIT_GAP = 30.0  # draft logit of the predicted token at a clean draft-extend step
+WITNESS_READ_RATIO = 100.0  # fc reads the witness coords: one wrong aux capture -> garbage 100x the signal
+DRAFT_NOISE_GAIN = 0.01  # small random part of every draft weight, relative to its role's scale
+DRAFT_MLP_GAIN = 0.02
+RMS_EPS = 1e-6
+ROPE_THETA_DRAFT = 10000.0
+BOS_ID, EOS_ID = 0, 1
+
+
+def capture_layers(layers: int) -> list[int]:
+    """sglang's default EAGLE-3 aux layers for DeepSeek (deepseek_v2.py set_eagle3_layers_to_capture):
+    capturing at layer i means the residual stream entering layer i (= output of layer i - 1)."""
+    ids = [2, layers // 2, layers - 3]
+    if len(set(ids)) != 3 or min(ids) < 1:
+        raise ValueError(f"preset needs >= 7 layers for 3 distinct EAGLE-3 capture layers, got {layers}")
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Structure: everything the target and the draft share, drawn from the CPU RNG, computed exactly.
+
+
+def _hadamard_entries(rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Sylvester Hadamard matrix entries H[r, c] = (-1)^popcount(r & c) for the given rows, as float64."""
+    cols = torch.arange(n, dtype=torch.int64)
+    x = rows[:, None] & cols[None, :]
+    parity = torch.zeros_like(x)
+    while bool(x.any()):
+        parity ^= x & 1
+        x = x >> 1
+    return 1.0 - 2.0 * parity.double()
+
+
+def _fwht_rows(m: torch.Tensor) -> torch.Tensor:
+    """m @ H for a Sylvester Hadamard matrix H (symmetric), by butterflies: exact order, no BLAS."""
+    out, n = m.clone(), m.shape[-1]
+    h = 1
+    while h < n:
+        v = out.view(*out.shape[:-1], n // (2 * h), 2, h)
+        a, b = v[..., 0, :].clone(), v[..., 1, :].clone()
+        v[..., 0, :], v[..., 1, :] = a + b, a - b
+        h *= 2
+    return out
+
+
+@dataclass
+class Structure:
+    preset: Preset
+    cycle: torch.Tensor  # order of S in the single cycle of B (indices into S)
+    succ: torch.Tensor  # succ[i] = index of B(S_i) in S
+    pred: torch.Tensor  # pred[i] = index of B^-1(S_i)
+    had_rows: torch.Tensor  # Hadamard row used for S_i
+    support: torch.Tensor  # target coordinates of the embedding basis
+    support_sign: torch.Tensor
+    witness: torch.Tensor  # target coordinates only the mirrored shared experts write (sum exactly 0)
+    basis: torch.Tensor  # E: (s_size, hidden) float64, orthonormal rows; embed(S_i) = EMBED_RMS*sqrt(H)*E[i]
+    draft_dirs: torch.Tensor  # (d_A, s_size) float64: unit column a(S_i) on draft coordinates [0, d_A)
+
+    @property
+    def d_a(self) -> int:
+        return self.draft_dirs.shape[0]
+
+    def from_basis(self, m: torch.Tensor) -> torch.Tensor:
+        """The (out, hidden) matrix L with L @ E[i] = m[:, i] that is zero on the orthogonal complement of E,
+        i.e. m @ E, computed with a Hadamard transform instead of a matmul."""
+        p = self.preset
+        padded = torch.zeros(m.shape[0], p.embed_support, dtype=torch.float64)
+        padded[:, self.had_rows] = m
+        dense = _fwht_rows(padded) * self.support_sign / math.sqrt(p.embed_support)
+        out = torch.zeros(m.shape[0], p.hidden, dtype=torch.float64)
+        out[:, self.support] = dense
+        return out
+
+
+def build_structure(p: Preset, seed: int) -> Structure:
+    if p.s_size & (p.s_size - 1) or p.embed_support & (p.embed_support - 1) or p.embed_support < p.s_size:
+        raise ValueError("s_size and embed_support must be powers of two with embed_support >= s_size")
+    if p.embed_support + p.witness_dims > p.hidden:
+        raise ValueError("embed_support + witness_dims must fit in hidden")
+    d_a = min(p.draft_kv_heads * p.draft_head_dim, p.hidden)
+    g = torch.Generator().manual_seed(seed)
+    cycle = torch.randperm(p.s_size, generator=g)
+    succ = torch.empty_like(cycle)
+    succ[cycle] = cycle.roll(-1)  # B: one cycle through all of S (no fixed points, no short loops)
+    pred = torch.empty_like(succ)
+    pred[succ] = torch.arange(p.s_size)
+    had_rows = torch.randperm(p.embed_support, generator=g)[: p.s_size]
+    coords = torch.randperm(p.hidden, generator=g)
+    support = coords[: p.embed_support]
+    witness = coords[p.embed_support : p.embed_support + p.witness_dims]
+    support_sign = torch.randint(0, 2, (p.embed_support,), generator=g).double() * 2 - 1
+    basis = torch.zeros(p.s_size, p.hidden, dtype=torch.float64)
+    had = _hadamard_entries(had_rows, p.embed_support)
+    basis[:, support] = had * support_sign / math.sqrt(p.embed_support)
+    dirs = torch.randn(d_a, p.s_size, generator=g, dtype=torch.float64)
+    dirs = dirs / dirs.pow(2).sum(0, keepdim=True).sqrt()
+    return Structure(p, cycle, succ, pred, had_rows, support, support_sign, witness, basis, dirs)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Weights
+
+
+class Weights:
+    """Random tensors drawn per name (seeded by seed and name) on the chosen device, combined there in
+    float32 with the (CPU, float64) structure, and kept as CPU tensors of the checkpoint dtype."""
+
+    def __init__(self, seed: int, device: str):
+        self.seed, self.device, self.tensors = seed, device, {}
+
+    def randn(self, name: str, *shape: int, std: float) -> torch.Tensor:
+        g = torch.Generator(device=self.device).manual_seed(self.seed * 1_000_003 + zlib.crc32(name.encode()))
+        return torch.randn(*shape, generator=g, device=self.device, dtype=torch.float32).mul_(std)
+
+    def dev(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.device, torch.float32)
+
+    def zeros(self, *shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, device=self.device)
+
+    def put(self, name: str, t: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.tensors[name] = t.to(dtype).contiguous().cpu()
+
+
+def token_index(p: Preset) -> torch.Tensor:
+    """Index into S of the token every vocabulary id behaves like (ids outside S wrap into S)."""
+    return (torch.arange(p.vocab) - p.s_start) % p.s_size
+
+
+def target_config(p: Preset) -> dict:
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "vocab_size": p.vocab, "hidden_size": p.hidden, "intermediate_size": p.dense_intermediate,
+        "moe_intermediate_size": p.moe_intermediate, "num_hidden_layers": p.layers,
+        "num_attention_heads": p.heads, "num_key_value_heads": p.heads,
+        "q_lora_rank": p.q_lora_rank, "kv_lora_rank": p.kv_lora_rank, "qk_rope_head_dim": p.qk_rope_head_dim,
+        "qk_nope_head_dim": p.qk_nope_head_dim, "v_head_dim": p.v_head_dim,
+        "n_routed_experts": p.routed_experts, "n_shared_experts": 1,
+        "num_experts_per_tok": p.experts_per_token,
+        "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 1, "topk_group": 1,
+        "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 0, "ep_size": 1,
+        "hidden_act": "silu", "rms_norm_eps": RMS_EPS, "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 163840, "rope_theta": 10000,
+        "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+        "attention_bias": False, "attention_dropout": 0.0, "use_cache": True,
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "torch_dtype": "bfloat16",
+    }
+
+
+def build_target(st: Structure, w: Weights) -> None:
+    p, H = st.preset, st.preset.hidden
+    keep = torch.ones(H, 1, device=w.device)  # rows a sublayer may write: everything but the witness coords
+    keep[st.witness.to(w.device)] = 0.0
+    emb = w.dev(st.basis)[token_index(p).to(w.device)].mul_(EMBED_RMS * math.sqrt(H))
+    w.put("model.embed_tokens.weight", emb)
+    del emb
+
+    def lin(name: str, out_f: int, in_f: int, gain: float = 1.0, rows: torch.Tensor | None = None) -> None:
+        t = w.randn(name, out_f, in_f, std=gain / math.sqrt(in_f))
+        w.put(name, t if rows is None else t.mul_(rows))
+
+    def ones(name: str, n: int) -> None:
+        w.put(name, torch.ones(n))
+
+    nh, qk = p.heads, p.qk_nope_head_dim + p.qk_rope_head_dim
+    for i in range(p.layers):
+        pre = f"model.layers.{i}."
+        ones(pre + "input_layernorm.weight", H)
+        ones(pre + "post_attention_layernorm.weight", H)
+        lin(pre + "self_attn.q_a_proj.weight", p.q_lora_rank, H)
+        ones(pre + "self_attn.q_a_layernorm.weight", p.q_lora_rank)
+        lin(pre + "self_attn.q_b_proj.weight", nh * qk, p.q_lora_rank)
+        lin(pre + "self_attn.kv_a_proj_with_mqa.weight", p.kv_lora_rank + p.qk_rope_head_dim, H)
+        ones(pre + "self_attn.kv_a_layernorm.weight", p.kv_lora_rank)
+        lin(pre + "self_attn.kv_b_proj.weight", nh * (p.qk_nope_head_dim + p.v_head_dim), p.kv_lora_rank)
+        lin(pre + "self_attn.o_proj.weight", H, nh * p.v_head_dim, SUBLAYER_GAIN, keep)
+        if i == 0:  # first_k_dense_replace = 1
+            lin(pre + "mlp.gate_proj.weight", p.dense_intermediate, H)
+            lin(pre + "mlp.up_proj.weight", p.dense_intermediate, H)
+            lin(pre + "mlp.down_proj.weight", H, p.dense_intermediate, SUBLAYER_GAIN, keep)
+            continue
+        lin(pre + "mlp.gate.weight", p.routed_experts, H)
+        w.put(pre + "mlp.gate.e_score_correction_bias", torch.zeros(p.routed_experts), torch.float32)
+        for e in range(p.routed_experts):
+            q = pre + f"mlp.experts.{e}."
+            lin(q + "gate_proj.weight", p.moe_intermediate, H)
+            lin(q + "up_proj.weight", p.moe_intermediate, H)
+            lin(q + "down_proj.weight", H, p.moe_intermediate, SUBLAYER_GAIN, keep)
+        build_witness_expert(st, w, pre + "mlp.shared_experts.")
+    ones("model.norm.weight", H)
+    head = w.randn("lm_head.weight", p.vocab, H, std=TARGET_LOGIT_NOISE / math.sqrt(H))
+    head[p.s_start : p.s_start + p.s_size] += w.dev(TARGET_LOGIT_GAP / math.sqrt(H) * st.basis[st.pred])
+    w.put("lm_head.weight", head)
+
+
+def build_witness_expert(st: Structure, w: Weights, pre: str) -> None:
+    """The shared expert as two mirrored halves: identical gate/up rows, negated down columns, writing only
+    the witness coordinates. Tensor parallelism splits the intermediate dim in contiguous halves, so each
+    TP=2 rank's partial sum is large (WITNESS_GAIN) and their all-reduced sum is exactly zero: the target
+    is unchanged, but an aux hidden state captured before the all-reduce is full of it (see README)."""
+    p, H, half = st.preset, st.preset.hidden, st.preset.moe_intermediate // 2
+    gate = w.randn(pre + "gate_proj.weight", half, H, std=1 / math.sqrt(H))
+    up = w.randn(pre + "up_proj.weight", half, H, std=1 / math.sqrt(H))
+    d = w.randn(pre + "down_proj.weight", p.witness_dims, half, std=WITNESS_GAIN / (0.6 * math.sqrt(half)))
+    down = w.zeros(H, 2 * half)
+    wit = st.witness.to(w.device)
+    down[wit, :half], down[wit, half:] = d, -d
+    w.put(pre + "gate_proj.weight", torch.cat([gate, gate]))
+    w.put(pre + "up_proj.weight", torch.cat([up, up]))
+    w.put(pre + "down_proj.weight", down)
+
+
+def draft_config(p: Preset) -> dict:
+    caps = capture_layers(p.layers)
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+        "hidden_size": p.hidden, "intermediate_size": p.draft_intermediate, "num_hidden_layers": 1,
+        "num_attention_heads": p.draft_heads, "num_key_value_heads": p.draft_kv_heads,
+        "head_dim": p.draft_head_dim, "hidden_act": "silu", "rms_norm_eps": RMS_EPS,
+        "max_position_embeddings": 163840, "rope_theta": ROPE_THETA_DRAFT, "rope_scaling": None,
+        "vocab_size": p.vocab, "draft_vocab_size": p.s_size, "target_hidden_size": p.hidden,
+        "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+        # layer ids before sglang's "+1" (sglang captures the input of layer id+1 when the first id is 1)
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [c - 1 for c in caps],
+                         "use_aux_hidden_state": True},
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "torch_dtype": "bfloat16", "use_cache": True,
+    }
+
+
+def _token_maps(w: Weights, p: Preset) -> None:
+    # d2t[j] = target id - draft id (sglang: hot_token_id = d2t + arange); t2d marks target ids in S
+    w.put("d2t", torch.full((p.s_size,), p.s_start, dtype=torch.int64), torch.int64)
+    t2d = torch.zeros(p.vocab, dtype=torch.bool)
+    t2d[p.s_start : p.s_start + p.s_size] = True
+    w.put("t2d", t2d, torch.bool)
+
+
+def build_draft_constructed(st: Structure, w: Weights) -> None:
+    """See README "Construction: the draft". Draft residual coordinates [0, d_A) carry a(x), the unit
+    direction of token x. fc(aux of t) = kappa * sqrt(H) * a(B(t)); attention (each head attends to its own
+    position) adds kappa * sqrt(H) * a(input token) and subtracts kappa * hidden_norm(hidden) on [0, d_A);
+    lm_head row u reads a(B^-1(u))."""
+    p, H, d_a = st.preset, st.preset.hidden, st.d_a
+    hd, nkv, nq = p.draft_head_dim, p.draft_kv_heads, p.draft_heads
+    rep = nq // nkv
+    eps = DRAFT_NOISE_GAIN
+
+    def noise(name: str, *shape: int, scale: float) -> torch.Tensor:
+        return w.randn(name, *shape, std=eps * scale / math.sqrt(shape[-1]))
+
+    for n in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
+              "midlayer.post_attention_layernorm.weight", "norm.weight"):
+        w.put(n, torch.ones(H))
+
+    # fc: 3 x hidden -> hidden, the mean of the three captured states through F = F_E + F_W
+    f = w.zeros(H, H)
+    f[:d_a] = w.dev(st.from_basis(DRAFT_SIGNAL / EMBED_RMS * st.draft_dirs[:, st.succ]))
+    # a witness of rms WITNESS_GAIN in one of the three captures gives garbage of norm
+    # read * WITNESS_GAIN * sqrt(d_A) / 3 = WITNESS_READ_RATIO * (signal norm DRAFT_SIGNAL * sqrt(H))
+    read = 3 * WITNESS_READ_RATIO * DRAFT_SIGNAL * math.sqrt(H) / (WITNESS_GAIN * math.sqrt(d_a))
+    wit_read = w.randn("fc.witness", d_a, p.witness_dims, std=read / math.sqrt(p.witness_dims))
+    f[:d_a, st.witness.to(w.device)] = wit_read
+    fc = torch.cat([f, f, f], dim=1) / 3 + noise("fc.weight", H, 3 * H, scale=DRAFT_SIGNAL)
+    w.put("fc.weight", fc)
+
+    # attention: q = k = K_g(norm(embed)) per kv group (self-match score DRAFT_ATTN_SCORE); v on [0, d_A)
+    k_std = math.sqrt(DRAFT_ATTN_SCORE / (H * math.sqrt(hd)))
+    kg = w.randn("midlayer.self_attn.k_proj.groups", nkv, hd, H, std=k_std)
+    k = torch.cat([kg.reshape(nkv * hd, H), w.zeros(nkv * hd, H)], dim=1)
+    q = torch.cat([kg.repeat_interleave(rep, dim=0).reshape(nq * hd, H), w.zeros(nq * hd, H)], dim=1)
+    v = w.zeros(nkv * hd, 2 * H)
+    v[:d_a, :H] = w.dev(st.from_basis(DRAFT_SIGNAL * st.draft_dirs))
+    v[:d_a, H : H + d_a] = -DRAFT_SIGNAL * torch.eye(d_a, device=w.device)
+    for name, t in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
+        full = f"midlayer.self_attn.{name}.weight"
+        w.put(full, t + noise(full, *t.shape, scale=1.0))
+    o = w.zeros(H, nq * hd)
+    c = torch.arange(d_a, device=w.device)
+    for r in range(rep):  # o[c] = mean over the query heads of kv group c // hd of their output dim c % hd
+        o[c, ((c // hd) * rep + r) * hd + c % hd] = 1.0 / rep
+    o_name = "midlayer.self_attn.o_proj.weight"
+    w.put(o_name, o + noise(o_name, H, nq * hd, scale=1.0))
+
+    inter = p.draft_intermediate
+    for name, shape, std in (("gate_proj", (inter, H), 1 / math.sqrt(H)),
+                             ("up_proj", (inter, H), 1 / math.sqrt(H)),
+                             ("down_proj", (H, inter), DRAFT_MLP_GAIN / math.sqrt(inter))):
+        full = f"midlayer.mlp.{name}.weight"
+        w.put(full, w.randn(full, *shape, std=std))
+
+    head = w.zeros(p.s_size, H)
+    head[:, :d_a] = w.dev(DRAFT_LOGIT_GAP / math.sqrt(H) * st.draft_dirs[:, st.pred].T)
+    w.put("lm_head.weight", head + noise("lm_head.weight", p.s_size, H, scale=DRAFT_LOGIT_GAP / math.sqrt(H)))
+    _token_maps(w, p)
+
+
+def build_draft_random(st: Structure, w: Weights) -> None:
+    """Same names, shapes and token maps, untrained random weights: must not get drafts accepted."""
+    p, H = st.preset, st.preset.hidden
+    hd, nkv, nq, inter = p.draft_head_dim, p.draft_kv_heads, p.draft_heads, p.draft_intermediate
+
+    def lin(name: str, out_f: int, in_f: int) -> None:
+        w.put(name, w.randn("random." + name, out_f, in_f, std=1 / math.sqrt(in_f)))
+
+    for n in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
+              "midlayer.post_attention_layernorm.weight", "norm.weight"):
+        w.put(n, torch.ones(H))
+    lin("fc.weight", H, 3 * H)
+    lin("midlayer.self_attn.q_proj.weight", nq * hd, 2 * H)
+    lin("midlayer.self_attn.k_proj.weight", nkv * hd, 2 * H)
+    lin("midlayer.self_attn.v_proj.weight", nkv * hd, 2 * H)
+    lin("midlayer.self_attn.o_proj.weight", H, nq * hd)
+    lin("midlayer.mlp.gate_proj.weight", inter, H)
+    lin("midlayer.mlp.up_proj.weight", inter, H)
+    lin("midlayer.mlp.down_proj.weight", H, inter)
+    lin("lm_head.weight", p.s_size, H)
+    _token_maps(w, p)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Output
+
+
+def _write_atomic(path: str, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-" + os.path.basename(path))
+    os.close(fd)
+    try:
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o644 & ~umask)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_checkpoint(out_dir: str, config: dict, tensors: dict[str, torch.Tensor], generation: bool) -> int:
+    from safetensors.torch import save_file
+
+    os.makedirs(out_dir, exist_ok=True)
+
+    def dump(obj: dict):
+        def write(tmp: str) -> None:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(obj, indent=1) + "\n")
+        return write
+
+    # weights first, config last: a directory with a config.json is complete
+    path = os.path.join(out_dir, "model.safetensors")
+    _write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+    if generation:
+        gen = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "do_sample": False}
+        _write_atomic(os.path.join(out_dir, "generation_config.json"), dump(gen))
+    _write_atomic(os.path.join(out_dir, "config.json"), dump(config))
+    return os.path.getsize(path)
+
+
+def sizing(p: Preset, tp: int = 2, tokens: int = 1, bytes_per_param: int = 2) -> dict:
+    """Weight bytes one TP rank reads per forward of `tokens` tokens at batch size 1 (KV cache excluded):
+    replicated: q_a_proj, kv_a_proj (sglang's fused_qkv_a_proj_with_mqa), router; split: the rest.
+    Routed experts: expected distinct experts hit by `tokens` tokens routed independently."""
+    H, nh = p.hidden, p.heads
+    repl = p.q_lora_rank * H + (p.kv_lora_rank + p.qk_rope_head_dim) * H
+    split = (nh * (p.qk_nope_head_dim + p.qk_rope_head_dim) * p.q_lora_rank
+             + nh * (p.qk_nope_head_dim + p.v_head_dim) * p.kv_lora_rank + H * nh * p.v_head_dim)
+    expert = 3 * H * p.moe_intermediate
+    hit = p.routed_experts * (1 - (1 - p.experts_per_token / p.routed_experts) ** tokens)
+    per_rank = p.layers * (repl + split / tp) + 3 * H * p.dense_intermediate / tp
+    per_rank += (p.layers - 1) * ((1 + hit) * expert / tp + p.routed_experts * H) + p.vocab * H / tp
+    total = (p.layers * (repl + split) + 3 * H * p.dense_intermediate
+             + (p.layers - 1) * ((p.routed_experts + 1) * expert + p.routed_experts * H) + 2 * p.vocab * H)
+    return {"tp": tp, "tokens": tokens, "routed_experts_hit_per_layer": round(hit, 2),
+            "bytes_per_rank": int(per_rank * bytes_per_param), "total_bytes": int(total * bytes_per_param)}
+
+
+def generate(out: str, preset: str, seed: int, device: str, draft: str) -> dict:
+    if preset not in PRESETS:
+        raise SystemExit(f"--preset: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: CUDA is not available here (use --device cpu)")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise SystemExit(f"--out {out}: exists and is not a directory")
+    p = PRESETS[preset]
+    t0 = time.time()
+    st = build_structure(p, seed)
+    summary: dict = {"preset": preset, "seed": seed, "device": device, "torch": torch.__version__}
+
+    tw = Weights(seed, device)
+    build_target(st, tw)
+    n_params = sum(t.numel() for t in tw.tensors.values())
+    t_build = time.time() - t0
+    t1 = time.time()
+    nbytes = write_checkpoint(os.path.join(out, "target"), target_config(p), tw.tensors, generation=True)
+    del tw
+    summary["target"] = {"path": os.path.join(out, "target"), "params": n_params, "bytes": nbytes,
+                         "build_s": round(t_build, 2), "write_s": round(time.time() - t1, 2)}
+
+    kinds = {"constructed": ["constructed"], "random": ["random"], "both": ["constructed", "random"]}[draft]
+    for kind in kinds:
+        dw = Weights(seed, device)
+        (build_draft_constructed if kind == "constructed" else build_draft_random)(st, dw)
+        sub = "draft" if kind == kinds[0] else "draft-random"
+        nb = write_checkpoint(os.path.join(out, sub), draft_config(p), dw.tensors, generation=False)
+        summary[sub] = {"path": os.path.join(out, sub), "kind": kind, "bytes": nb,
+                        "params": sum(t.numel() for k, t in dw.tensors.items() if k not in ("d2t", "t2d"))}
+
+    s = torch.arange(p.s_start, p.s_start + p.s_size)
+    summary.update({
+        "seconds": round(time.time() - t0, 2),
+        "S": [p.s_start, p.s_start + p.s_size],
+        "B_sample": {str(int(s[i])): int(s[st.succ[i]]) for i in range(8)},
+        "B_chain_from_S0": [int(s[i]) for i in _chain(st.succ, 0, 8)],
+        "capture_layers": capture_layers(p.layers),
+        "decode_step": sizing(p, tokens=1),
+        "verify_step_3_tokens": sizing(p, tokens=3),
+        "preset_shapes": asdict(p),
+    })
+    return summary
+
+
+def _chain(succ: torch.Tensor, start: int, n: int) -> list[int]:
+    out = [start]
+    for _ in range(n - 1):
+        out.append(int(succ[out[-1]]))
+    return out
+
+
+def bigram_map(preset: str, seed: int) -> dict[int, int]:
+    """B over the whole vocabulary (ids outside S act like S[(id - s_start) mod |S|]); for clients, tests."""
+    p = PRESETS[preset]
+    st = build_structure(p, seed)
+    idx = token_index(p)
+    return {v: p.s_start + int(st.succ[idx[v]]) for v in range(p.vocab)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (target/, draft/ are written inside)")
+    ap.add_argument("--device", default="cpu", help="where the random weights are drawn: cpu or cuda")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--preset", default="lab", choices=sorted(PRESETS))
+    ap.add_argument("--draft", default="constructed", choices=["constructed", "random", "both"])
+    a = ap.parse_args(argv)
+    torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
+    print(json.dumps(generate(a.out, a.preset, a.seed, a.device, a.draft), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
