@@ -2,19 +2,20 @@
 # The lab line's GPU suite (test/gpu/labline, marker gpu) in one bounded call, from the repository root, on a
 # machine with >= 2 GPUs where the patched sglang 0.5.14 + flashinfer 0.6.12 stack is installed in /tmp/site
 # (the lab line's install) and the lab model pair is generated (/tmp/lab/target, /tmp/lab/draft):
-#     SGLB_DEADLINE_S=540 bash benchmark/lab/gpu_suite.sh [extra pytest arguments, e.g. -k "dist or arm_a"]
+#     SGLB_DEADLINE_S=480 bash benchmark/lab/gpu_suite.sh [extra pytest arguments, e.g. -k "dist or arm_a"]
 # Three server launches (EAGLE-3 + fusion, EAGLE-3 without fusion, no speculation + fusion) and one
 # two-process check; what does not fit in SGLB_DEADLINE_S is skipped. Writes four files into $OUT:
 #     lab-line-gpu-suite-<date>.json  the receipt (kind lab-gpu-suite): commit it under benchmark/results/
 #     gpu-suite-junit.xml             pytest's JUnit XML
 #     gpu-suite-pytest.log            pytest's output
 #     gpu-suite-artifacts.tar.gz      $SGLB_OUT: facts.json, progress.log, server logs, rank-0 traces, rank logs
-# Environment: OUT (default /tmp/out), SGLB_OUT (/tmp/sglb-gpu-suite, emptied first), SGLB_DEADLINE_S (540),
+# Environment: OUT (default /tmp/out), SGLB_OUT (/tmp/sglb-gpu-suite, emptied first), SGLB_DEADLINE_S (480; the
+# call takes at most SGLB_DEADLINE_S + 100 s: fits a 600 s lab command at the default),
 # SGLB_LAB_TARGET, SGLB_LAB_DRAFT, SGLB_SITE (/tmp/site), SGLB_PYTHON (python3), SGLB_PYTEST_WHEELS (.whl/pytest:
 # wheels installed into SGLB_SITE when the image has no pytest).
 # Exit code: pytest's (0 = every test passed), 2 bad setting, 3 machine not prepared.
 set -u
-case "${1:-}" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi
@@ -23,7 +24,7 @@ SITE=${SGLB_SITE:-/tmp/site}
 export PYTHONPATH=$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/out}
 export SGLB_OUT=${SGLB_OUT:-/tmp/sglb-gpu-suite}
-export SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-540}
+export SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-480}
 export SGLB_LAB_TARGET=${SGLB_LAB_TARGET:-/tmp/lab/target} SGLB_LAB_DRAFT=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
 PY=${SGLB_PYTHON:-python3}
 export SGLB_PYTHON=$PY
@@ -69,7 +70,7 @@ log "GPU memory used before (MiB): $(nvidia-smi --query-gpu=memory.used --format
 
 # the suite skips what does not fit in the deadline; timeout is the hard stop (SIGTERM unwinds pytest like Ctrl-C:
 # the running server is taken down and the JUnit XML written)
-timeout -k 30 $(( SGLB_DEADLINE_S + 90 )) "$PY" -m pytest test/gpu/labline -m gpu -p no:cacheprovider -rA --tb=short \
+timeout -k 20 $(( SGLB_DEADLINE_S + 60 )) "$PY" -m pytest test/gpu/labline -m gpu -p no:cacheprovider -rA --tb=short \
   --junitxml="$OUT/gpu-suite-junit.xml" -o junit_family=xunit2 "$@" 2>&1 | tee "$OUT/gpu-suite-pytest.log"
 rc=${PIPESTATUS[0]}
 log "pytest exit code $rc"

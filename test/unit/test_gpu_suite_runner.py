@@ -1,10 +1,13 @@
 """benchmark/lab/gpu_suite.sh, the one-call lab runner of the GPU suite, on a CPU machine.
 
-The GPUs are simulated by a stand-in `nvidia-smi` on PATH (2x H200, idle) and the serving stack by empty
-`sglang`, `flashinfer`, `torch` packages: the runner's checks and messages are real, and in the end-to-end case
-the real suite runs under the real pytest, every server launch fails at once (`python -m sglang.launch_server`
-does not exist), and the runner must still leave the receipt, the JUnit XML, the log and the artifacts tarball,
-and exit non-zero.
+The GPUs are simulated by a stand-in `nvidia-smi` on PATH (2x H200, idle) and the serving stack by stand-in
+`sglang`, `flashinfer`, `torch` packages: the runner's checks and messages are real. End to end, the real suite
+runs under the real pytest against test/support/fake_lab_server.py (a real HTTP server started as
+`python -m sglang.launch_server` with the suite's flags, in its own session, logging and profiling like SGLang
+0.5.14 on the lab pair): it must pass, catch injected defects (FAKE_LAB_BREAK) by the right tests, skip what
+the deadline cannot fit, and when no server can start at all still leave the receipt, the JUnit XML, the log
+and the artifacts tarball and exit non-zero. The two-process check needs a real GPU; it fails here (empty
+`torch`) and is deselected where a test wants a clean pass.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmark" / "lab" / "gpu_suite.sh"
+FAKE_SERVER = ROOT / "test" / "support" / "fake_lab_server.py"
 
 FAKE_SMI = """#!/bin/bash
 # stand-in nvidia-smi: $GPUS idle H200s
@@ -54,7 +58,27 @@ def lab(tmp_path: Path) -> dict:
     env.update(PATH=f"{bin_dir}:{env['PATH']}", SGLB_SITE=str(site), SGLB_PYTHON=sys.executable,
                SGLB_LAB_TARGET=str(pair / "target"), SGLB_LAB_DRAFT=str(pair / "draft"),
                SGLB_OUT=str(tmp_path / "artifacts"), OUT=str(tmp_path / "out"), SGLB_DEADLINE_S="400")
-    return {"env": env, "tmp": tmp_path}
+    return {"env": env, "tmp": tmp_path, "site": site}
+
+
+@pytest.fixture
+def fake_lab(lab: dict) -> dict:
+    """The lab with a stand-in server: `python -m sglang.launch_server` runs test/support/fake_lab_server.py."""
+    (lab["site"] / "sglang" / "launch_server.py").write_text(
+        f"import runpy\nrunpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
+    return lab
+
+
+def outcomes(lab: dict) -> dict[str, str]:
+    from sglang_blackwell.gpu_suite_receipt import parse_junit
+
+    return {c["name"].split(".")[-1]: c["outcome"] for c in
+            parse_junit(lab["tmp"] / "out" / "gpu-suite-junit.xml")["cases"]}
+
+
+def receipt(lab: dict) -> dict:
+    (path,) = (lab["tmp"] / "out").glob("lab-line-gpu-suite-*.json")
+    return json.loads(path.read_text())
 
 
 def run(lab: dict, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
@@ -65,6 +89,7 @@ def run(lab: dict, *args: str, timeout: float = 60, **env: str) -> subprocess.Co
 def test_help(lab):
     r = run(lab, "--help")
     assert r.returncode == 0 and "SGLB_DEADLINE_S" in r.stdout and "lab-line-gpu-suite-<date>.json" in r.stdout
+    assert r.stdout.splitlines()[-1].startswith("Exit code") and "#" not in r.stdout
 
 
 @pytest.mark.parametrize(("value", "why"), [("abc", "expected whole seconds"), ("60", "below 120 s")])
@@ -123,3 +148,57 @@ def test_everything_failing_still_leaves_the_receipt_and_artifacts(lab):
         assert facts["arms"][arm]["teardown_check"]["session_gone"] is True
     log = (out / "gpu-suite-pytest.log").read_text()
     assert "server did not start" in log and "No module named sglang.launch_server" in log
+
+
+@pytest.mark.slow
+def test_fake_lab_passes_end_to_end(fake_lab):
+    r = run(fake_lab, "-k", "not dist", timeout=400)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    res = outcomes(fake_lab)
+    assert len(res) == 20 and set(res.values()) == {"passed"}, res
+    s = receipt(fake_lab)["summary"]
+    assert s["passed"] is True and s["tests_failed"] == 0 and s["tests_passed"] == 20
+    assert s["fusion_in_verify"] is True and s["greedy_equal"] is True
+    assert s["fused_ar_per_verify"] == s["expected_fused_ar_per_verify"] == 19
+    assert s["accept_len_fusion_on"] == s["accept_len_fusion_off"] == round(8 * 64 / (8 * 21), 4)
+    assert s["teardown_clean"] is True
+    facts = json.loads((fake_lab["tmp"] / "artifacts" / "facts.json").read_text())
+    a = facts["arms"]["A"]
+    assert a["profile"]["method"] == "correlation" and a["profile"]["rank1_fused_per_verify"] == [19] * 9
+    assert a["log_checks"]["workspace"]["ok"] and len(a["log_checks"]["workspace"]["lines"]) == 4
+    assert facts["arms"]["B"]["profile"]["by_mode"]["TARGET_VERIFY"] == {"steps": 5, "fused": 0, "nccl_ar": 5 * 21}
+    with tarfile.open(fake_lab["tmp"] / "out" / "gpu-suite-artifacts.tar.gz") as t:
+        names = t.getnames()
+    assert any(n.startswith("artifacts/traces/A/A-") and n.endswith("-TP-0.trace.json.gz") for n in names)
+    assert not any("-TP-1.trace" in n for n in names)  # rank 1 is counted on the lab, not carried back
+
+
+@pytest.mark.slow
+def test_fake_lab_defects_are_caught_by_the_right_tests(fake_lab):
+    r = run(fake_lab, "-k", "not dist", timeout=400, FAKE_LAB_BREAK="fused,workspace,greedy")
+    assert r.returncode == 1
+    failed = {k for k, v in outcomes(fake_lab).items() if v != "passed"}
+    assert failed == {"test_2_arm_a::test_fused_allreduce_in_every_verify_step",
+                      "test_2_arm_a::test_workspace_sized_for_the_verify_graphs",
+                      "test_4_arm_c::test_workspace_sized_for_the_decode_graphs",
+                      "test_4_arm_c::test_outputs_follow_the_bigram_map",
+                      "test_5_across_arms::test_greedy_equal_speculation_on_vs_off"}, failed
+    log = (fake_lab["tmp"] / "out" / "gpu-suite-pytest.log").read_text()
+    assert "launched the fused kernel 18 times, expected 19" in log
+    assert "max_token_num=2048" in log and "prompt 0 differs at output position 40" in log
+    s = receipt(fake_lab)["summary"]
+    assert s["fusion_in_verify"] is False and s["greedy_equal"] is False and s["passed"] is False
+
+
+@pytest.mark.slow
+def test_what_the_deadline_cannot_fit_is_skipped(fake_lab):
+    r = run(fake_lab, "-k", "not dist", timeout=400, SGLB_DEADLINE_S="140")
+    assert r.returncode == 0, r.stdout[-3000:]
+    res = outcomes(fake_lab)
+    assert {k for k, v in res.items() if v == "passed"} == {
+        "test_4_arm_c::test_server_is_the_arm", "test_4_arm_c::test_workspace_sized_for_the_decode_graphs",
+        "test_4_arm_c::test_outputs_follow_the_bigram_map", "test_4_arm_c::test_teardown_complete"}, res
+    assert {v for k, v in res.items() if not k.startswith("test_4")} == {"skipped"}
+    assert "deadline:" in (fake_lab["tmp"] / "out" / "gpu-suite-pytest.log").read_text()
+    s = receipt(fake_lab)["summary"]
+    assert s["passed"] is False and s["tests_skipped"] == 16

@@ -62,9 +62,24 @@ def _signals_unwind():
         yield
 
 
+def _left_behind(lab: Lab) -> str | None:
+    """Why the GPUs are not clean for the next server: an earlier server or rank that could not be taken down."""
+    for name, arm in lab.facts.data["arms"].items():
+        if arm.get("teardown_error"):
+            return f"arm {name} could not be taken down: {arm['teardown_error']}"
+    for r in ((lab.facts.data.get("dist") or {}).get("report") or {}).get("ranks", []):
+        if not (r.get("teardown") or {}).get("group_gone", True):
+            return f"rank {r['rank']} of the two-process check could not be taken down: {r['teardown']}"
+    return None
+
+
 def _arm(lab: Lab, name: str) -> dict[str, Any]:
     from labline_arms import ARMS, run_arm
 
+    why = _left_behind(lab)
+    if why:
+        lab.facts.set_arm(name, {"name": name, "skipped": f"not launched: {why}"})
+        pytest.skip(f"arm {name} not launched: {why}")
     rec = run_arm(ARMS[name], lab.cfg, lab.deadline, lab.progress)
     lab.facts.set_arm(name, rec)
     if rec.get("skipped"):

@@ -39,10 +39,10 @@ FUSION_OFF = ["--enforce-disable-flashinfer-allreduce-fusion"]
 GREEDY_NEW_TOKENS = 64
 LOGPROB_PROMPTS, LOGPROB_NEW_TOKENS, TOP_K = 2, 16, 5
 STARTUP_TIMEOUT_S = 300  # ~70-100 s with warm caches; a cold sglang tvm-ffi JIT adds ~60 s
+WARM_STARTUP_S = 90  # launch an arm only if at least this much startup time is left
 REQUEST_TIMEOUT_S = 90
 WARMUP_TIMEOUT_S = 180  # first requests compile Triton kernels for new shapes
 TRACE_TIMEOUT_S = 90
-MEASURE_RESERVE_S = 75  # measurement + teardown after the server is up
 TEARDOWN_RESERVE_S = 40
 GPU_IDLE_MIB = 1024  # after a teardown every GPU must be below this (the lab idles at ~0 MiB)
 SUSPICIOUS = re.compile(r"Disabling flashinfer allreduce fusion|Skipping allreduce fusion|allreduce_fusion API is "
@@ -58,7 +58,12 @@ class ArmSpec:
     speculative: bool
     fusion: bool
     profile_steps: int  # 0: no profiler window
-    min_budget_s: float  # do not launch with less time left than this
+    reserve_s: float  # after /health: measurement + teardown (the startup wait gets what is left)
+
+    @property
+    def min_budget_s(self) -> float:
+        """Do not launch with less time left than a warm startup plus the reserve."""
+        return WARM_STARTUP_S + self.reserve_s
 
     def flags(self, cfg: LabConfig) -> list[str]:
         spec = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(cfg.draft),
@@ -74,10 +79,10 @@ class ArmSpec:
 
 
 ARMS = {
-    "A": ArmSpec("A", "EAGLE-3 + fusion on", speculative=True, fusion=True, profile_steps=10, min_budget_s=160),
-    "B": ArmSpec("B", "EAGLE-3 + fusion off", speculative=True, fusion=False, profile_steps=6, min_budget_s=140),
+    "A": ArmSpec("A", "EAGLE-3 + fusion on", speculative=True, fusion=True, profile_steps=10, reserve_s=70),
+    "B": ArmSpec("B", "EAGLE-3 + fusion off", speculative=True, fusion=False, profile_steps=6, reserve_s=60),
     "C": ArmSpec("C", "no speculation, fusion on", speculative=False, fusion=True, profile_steps=0,
-                 min_budget_s=110),
+                 reserve_s=45),
 }
 
 
@@ -126,7 +131,7 @@ def run_arm(spec: ArmSpec, cfg: LabConfig, deadline: Deadline, progress: Progres
     log = cfg.out / "logs" / f"server_{spec.name}.log"
     cmd = server_command(spec, cfg, port)
     rec.update(cmd=cmd, log=str(log))
-    startup_timeout = max(60.0, min(STARTUP_TIMEOUT_S, left - MEASURE_RESERVE_S))
+    startup_timeout = min(STARTUP_TIMEOUT_S, left - spec.reserve_s)
     progress(f"arm {spec.name} ({spec.title}): launching, /health wait <= {startup_timeout:.0f} s, log {log}")
     server = Server(url=f"http://127.0.0.1:{port}", log_path=log)
     try:

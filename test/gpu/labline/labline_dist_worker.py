@@ -165,6 +165,8 @@ def main() -> int:
     logging.getLogger(SYMM_LOGGER).addHandler(handler)
     logging.getLogger(SYMM_LOGGER).setLevel(logging.DEBUG)
     t0 = time.monotonic()
+    # the TP group's shared-memory broadcaster feeds scheduler inputs; it has no part in all-reduce
+    os.environ.setdefault("SGLANG_USE_MESSAGE_QUEUE_BROADCASTER", "false")
     try:
         import torch
 

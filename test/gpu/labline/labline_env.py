@@ -5,7 +5,7 @@ progress log. Imports nothing heavy: CPU CI collects this directory too (and des
     SGLB_LAB_DRAFT    EAGLE-3 draft dir (default /tmp/lab/draft)
     SGLB_OUT          artifacts: facts.json, progress.log, server logs, traces, rank logs
                       (default /tmp/sglb-gpu-suite)
-    SGLB_DEADLINE_S   seconds from collection for the whole suite (default 540): what does not fit is skipped
+    SGLB_DEADLINE_S   seconds from collection for the whole suite (default 480): what does not fit is skipped
     SGLB_PYTHON       interpreter for servers and rank workers (default: this one)
 """
 
@@ -38,7 +38,7 @@ class LabConfig:
 
     @classmethod
     def from_env(cls) -> LabConfig:
-        raw = os.environ.get("SGLB_DEADLINE_S", "540")
+        raw = os.environ.get("SGLB_DEADLINE_S", "480")
         try:
             deadline = float(raw)
         except ValueError:
