@@ -15,7 +15,8 @@ API the suite uses and logs what SGLang logs, so the whole suite runs with a sim
 At startup, with fusion on, each rank logs SGLang's workspace line for the attention and the MoE workspace,
 sized as P5 sizes them (decode max bs x draft tokens).
 FAKE_LAB_BREAK (comma list) injects the defects the suite must catch: `fused` (2L - 2 fused kernels per verify),
-`workspace` (workspaces of 2048 tokens, as without P5), `greedy` (a non-speculative server repeats output 39 at position 40).
+`workspace` (workspaces of 2048 tokens, as without P5), `greedy` (a non-speculative server repeats output 39
+at position 40).
 """
 
 import argparse
