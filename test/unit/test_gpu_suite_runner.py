@@ -202,3 +202,16 @@ def test_what_the_deadline_cannot_fit_is_skipped(fake_lab):
     assert "deadline:" in (fake_lab["tmp"] / "out" / "gpu-suite-pytest.log").read_text()
     s = receipt(fake_lab)["summary"]
     assert s["passed"] is False and s["tests_skipped"] == 16
+
+
+def test_rank_worker_refuses_without_the_no_multicast_environment(tmp_path):
+    worker = ROOT / "test" / "gpu" / "labline" / "labline_dist_worker.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                                            "NVSHMEM_DISABLE_NVLS")}
+    res = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, str(worker), "--rank", "0", "--world", "2", "--port", "1", "--result",
+                        str(res), "--hidden", "7168"], env={**env, "NCCL_NVLS_ENABLE": "1"}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 3
+    out = json.loads(res.read_text())
+    assert not out["ok"] and "no-multicast environment" in out["error"] and "NCCL_NVLS_ENABLE" in out["error"]

@@ -47,6 +47,7 @@ def test_both_ranks_finished_and_left_nothing(dist_run):
 
 def test_symm_mem_selected_without_multicast(dist_run):
     for rank, p in enumerate(_phase(dist_run, "symm_mem")):
+        assert p["setup_path"] == "sglang", f"rank {rank}: {p['setup_error']} (kernels checked on a plain group)"
         assert p["communicator"], p.get("why")
         assert p["disabled"] is False, f"rank {rank}: TorchSymmMemCommunicator disabled ({p.get('why')})"
         assert p["use_multimem"] is False, f"rank {rank}: multimem selected with multicast off: {p}"
