@@ -56,7 +56,7 @@ ap.add_argument("--trust-remote-code", action="store_true")
 args, unknown = ap.parse_known_args()
 
 BREAK = set(filter(None, os.environ.get("FAKE_LAB_BREAK", "").split(",")))
-STARTUP_S = float(os.environ.get("FAKE_STARTUP_S", "0.3"))
+STARTUP_S = float(os.environ.get("FAKE_STARTUP_S", "0.1"))
 SPEC = bool(args.speculative_algorithm)
 FUSION = args.flashinfer_allreduce_fusion_backend is not None and not args.enforce_disable_flashinfer_allreduce_fusion
 cfg = json.loads((Path(args.model_path) / "config.json").read_text())
@@ -165,8 +165,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(400, {"error": {"message": "input_ids required (--skip-tokenizer-init)"}})
         n = int(body["sampling_params"]["max_new_tokens"])
         out = chain(ids[-1], n)
-        time.sleep(0.002 * n)
-        meta = {"prompt_tokens": len(ids), "completion_tokens": n, "e2e_latency": 0.002 * n,
+        time.sleep(0.0002 * n)
+        meta = {"prompt_tokens": len(ids), "completion_tokens": n, "e2e_latency": 0.0002 * n,
                 "finish_reason": {"type": "length", "length": n}}
         if SPEC:
             vct = math.ceil((n - 1) / 3)
