@@ -1,0 +1,87 @@
+#!/bin/bash
+# The lab line's GPU suite (test/gpu/labline, marker gpu) in one bounded call, from the repository root, on a
+# machine with >= 2 GPUs where the patched sglang 0.5.14 + flashinfer 0.6.12 stack is installed in /tmp/site
+# (the lab line's install) and the lab model pair is generated (/tmp/lab/target, /tmp/lab/draft):
+#     SGLB_DEADLINE_S=480 bash benchmark/lab/gpu_suite.sh [extra pytest arguments, e.g. -k "dist or arm_a"]
+# Three server launches (EAGLE-3 + fusion, EAGLE-3 without fusion, no speculation + fusion) and one
+# two-process check; what does not fit in SGLB_DEADLINE_S is skipped. Writes four files into $OUT:
+#     lab-line-gpu-suite-<date>.json  the receipt (kind lab-gpu-suite): commit it under benchmark/results/
+#     gpu-suite-junit.xml             pytest's JUnit XML
+#     gpu-suite-pytest.log            pytest's output
+#     gpu-suite-artifacts.tar.gz      $SGLB_OUT: facts.json, progress.log, server logs, rank-0 traces, rank logs
+# Environment: OUT (default /tmp/out), SGLB_OUT (/tmp/sglb-gpu-suite, emptied first), SGLB_DEADLINE_S (480; the
+# call takes at most SGLB_DEADLINE_S + 100 s: fits a 600 s lab command at the default),
+# SGLB_LAB_TARGET, SGLB_LAB_DRAFT, SGLB_SITE (/tmp/site), SGLB_PYTHON (python3), SGLB_PYTEST_WHEELS (.whl/pytest:
+# wheels installed into SGLB_SITE when the image has no pytest).
+# Exit code: pytest's (0 = every test passed), 2 bad setting, 3 machine not prepared.
+set -u
+case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi
+export TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=${MAX_JOBS:-16}
+SITE=${SGLB_SITE:-/tmp/site}
+export PYTHONPATH=$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/out}
+export SGLB_OUT=${SGLB_OUT:-/tmp/sglb-gpu-suite}
+export SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-480}
+export SGLB_LAB_TARGET=${SGLB_LAB_TARGET:-/tmp/lab/target} SGLB_LAB_DRAFT=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
+PY=${SGLB_PYTHON:-python3}
+export SGLB_PYTHON=$PY
+WHEELS=${SGLB_PYTEST_WHEELS:-.whl/pytest}
+T0=$(date +%s)
+log() { echo "[gpu_suite $(( $(date +%s) - T0 ))s] $*"; }
+die() { log "$2"; exit "$1"; }
+
+[[ "$SGLB_DEADLINE_S" =~ ^[0-9]+$ ]] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: expected whole seconds"
+[ "$SGLB_DEADLINE_S" -ge 120 ] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: below 120 s not even one server fits"
+[ -d test/gpu/labline ] && [ -d python/sglang_blackwell ] || die 2 "run from the sglang-blackwell repository root (no test/gpu/labline in $PWD)"
+case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
+command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with >= 2 NVIDIA GPUs"
+ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
+[ "$ngpu" -ge 2 ] || die 3 "needs >= 2 GPUs, nvidia-smi lists $ngpu"
+for v in SGLB_LAB_TARGET SGLB_LAB_DRAFT; do
+  [ -f "${!v}/config.json" ] || die 3 "$v=${!v}: no config.json (generate the pair: python3 benchmark/models/gen_lab_pair.py --out $(dirname "$SGLB_LAB_TARGET") --device cuda)"
+done
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+  ls "$WHEELS"/*.whl >/dev/null 2>&1 || die 3 "$PY has no pytest and $WHEELS holds no wheels: carry pytest, pluggy, iniconfig (and packaging, pygments if the image lacks them) there"
+  log "installing pytest from $WHEELS into $SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WHEELS"/*.whl 2>&1 | grep -v -i "warning: target directory" | tail -3
+  "$PY" -c "import pytest" || die 3 "pytest still not importable after installing $WHEELS"
+fi
+"$PY" -c "import importlib.util as u, sys; m = [n for n in ('sglang', 'flashinfer', 'torch') if u.find_spec(n) is None]; print('not importable: ' + ', '.join(m)) if m else None; sys.exit(1 if m else 0)" \
+  || die 3 "the lab-line stack is not on PYTHONPATH=$PYTHONPATH (install it into $SITE first)"
+
+# a server session an earlier, hard-killed call left behind: end it by its id (bench/server.py writes it)
+export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-gpu-suite.sid
+end_leftover() {
+  [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ] || return 0
+  local sid; sid=$(cat "$SGLANG_BLACKWELL_BENCH_PIDFILE")
+  if [[ "$sid" =~ ^[0-9]+$ ]] && [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
+    log "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
+    for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
+  fi
+  rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
+}
+end_leftover
+rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
+log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
+log "GPU memory used before (MiB): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ')"
+
+# the suite skips what does not fit in the deadline; timeout is the hard stop (SIGTERM unwinds pytest like Ctrl-C:
+# the running server is taken down and the JUnit XML written)
+timeout -k 20 $(( SGLB_DEADLINE_S + 60 )) "$PY" -m pytest test/gpu/labline -m gpu -p no:cacheprovider -rA --tb=short \
+  --junitxml="$OUT/gpu-suite-junit.xml" -o junit_family=xunit2 "$@" 2>&1 | tee "$OUT/gpu-suite-pytest.log"
+rc=${PIPESTATUS[0]}
+log "pytest exit code $rc"
+end_leftover
+log "GPU memory used after (MiB): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ');" \
+    "compute processes: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"
+"$PY" -m sglang_blackwell.gpu_suite_receipt --junit "$OUT/gpu-suite-junit.xml" --facts "$SGLB_OUT/facts.json" \
+  --out "$OUT" --pytest-rc "$rc" || log "receipt NOT written"
+cp "$OUT/gpu-suite-pytest.log" "$SGLB_OUT/" 2>/dev/null
+tar -czf "$OUT/gpu-suite-artifacts.tar.gz" --exclude='*-TP-[1-9]*.trace.json*' -C "$(dirname "$SGLB_OUT")" \
+  "$(basename "$SGLB_OUT")" || log "artifacts tarball NOT written"
+ls -la "$OUT"
+log "done in $(( $(date +%s) - T0 )) s"
+exit "$rc"

@@ -1,0 +1,50 @@
+"""Arm A: EAGLE-3 + FlashInfer fusion on (trtllm), TP=2, CUDA graphs: the fused all-reduce kernel runs inside
+every target-verify forward (profiler trace, no instrumentation), the workspace is sized by P5, EAGLE-3
+accepts drafts, the target behaves as the bigram map, and the server is gone afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from labline_checks import need, need_step
+
+from sglang_blackwell import gpu_suite_checks as checks
+
+pytestmark = pytest.mark.gpu
+
+
+def test_server_is_the_arm(arm_a):
+    need_step(arm_a, "server_info")
+    assert arm_a["identity"]["ok"], arm_a["identity"]["why"]
+
+
+def test_fused_allreduce_in_every_verify_step(arm_a):
+    need_step(arm_a, "profile")
+    prof = arm_a["profile"]
+    v = prof["verdict"]
+    assert v["expected_per_step"] == checks.fused_kernels_per_forward(arm_a["num_layers"])
+    assert v["ok"], (f"{v['why']}; per-step counts {v['counts']}, attribution {prof['method']}, fused kernels "
+                     f"in the trace {prof['kernels_matched']}, by mode {prof['by_mode']}")
+
+
+def test_workspace_sized_for_the_verify_graphs(arm_a):
+    need(arm_a)
+    w = arm_a["log_checks"]["workspace"]
+    assert w["ok"], (f"{w['why']} (expected {w['expected_max_token_num']} = decode bs 16 x 3 draft tokens); "
+                     f"lines {w['lines']}")
+
+
+def test_accept_length(arm_a):
+    need_step(arm_a, "greedy")
+    a = arm_a["accept"]["accept_len"]
+    assert a is not None, arm_a["accept"]
+    assert a >= checks.MIN_ACCEPT_LEN, arm_a["accept"]
+
+
+def test_outputs_follow_the_bigram_map(arm_a):
+    need_step(arm_a, "greedy")
+    assert arm_a["bigram"]["consistent"], arm_a["bigram"]["why"]
+
+
+def test_teardown_complete(arm_a):
+    t = arm_a["teardown_check"]
+    assert t["clean"], t

@@ -1,0 +1,40 @@
+"""Arm B: EAGLE-3 with fusion off (--enforce-disable-flashinfer-allreduce-fusion): the negative control of the
+kernel count (no fused kernel in any verify step, no workspace), and the accept length the fused arm is
+compared with."""
+
+from __future__ import annotations
+
+import pytest
+from labline_checks import need, need_step
+
+from sglang_blackwell import gpu_suite_checks as checks
+
+pytestmark = pytest.mark.gpu
+
+
+def test_server_is_the_arm(arm_b):
+    need_step(arm_b, "server_info")
+    assert arm_b["identity"]["ok"], arm_b["identity"]["why"]
+
+
+def test_no_fused_kernel_without_fusion(arm_b):
+    need_step(arm_b, "profile")
+    v = arm_b["profile"]["verdict"]
+    assert v["ok"], f"{v['why']}; per-step counts {v['counts']}"
+
+
+def test_no_workspace_without_fusion(arm_b):
+    need(arm_b)
+    w = arm_b["log_checks"]["workspace"]
+    assert w["ok"], w["why"]
+
+
+def test_accept_length(arm_b):
+    need_step(arm_b, "greedy")
+    a = arm_b["accept"]["accept_len"]
+    assert a is not None and a >= checks.MIN_ACCEPT_LEN, arm_b["accept"]
+
+
+def test_teardown_complete(arm_b):
+    t = arm_b["teardown_check"]
+    assert t["clean"], t
