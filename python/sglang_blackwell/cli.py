@@ -100,8 +100,11 @@ def cmd_bundle(a: argparse.Namespace) -> int:
           f"({', '.join(f'{n} {k}' for k, n in kinds.items())}) in {res.out}")
     for name, size in res.chunks:
         print(f"  {(res.out / name) if name else res.out}  {size / 2**20:.2f} MiB")
-    for u in m["dependencies"]["unmet"]:
-        print(f"  unmet: {u['name']}: {u['status']} ({u['requires']})", file=sys.stderr)
+    unmet = m["dependencies"]["unmet"]
+    if unmet:
+        print(f"note: {len(unmet)} requirements of the bundled wheels are neither carried nor known to be on the "
+              f"target (details: dependencies.unmet in manifest.json): {', '.join(u['name'] for u in unmet)}",
+              file=sys.stderr)
     first = res.out / res.chunks[0][0] if res.chunks[0][0] else res.out
     if len(res.chunks) > 1:
         print(f"install: bash <chunk>/install.sh --stage DIR --stage-only for each chunk as it arrives, then "

@@ -339,7 +339,10 @@ def test_cli_bundle(world, tmp_path, capsys):
     o = capsys.readouterr()
     assert rc == 0, o.err
     assert "bundle " in o.out and f"{out}/c1" in o.out and "--stage DIR --stage-only" in o.out
-    assert "unmet: torch: not carried (target unknown: no --installed)" in o.err
+    assert "1 requirements of the bundled wheels are neither carried nor known to be on the target" in o.err
+    assert json.loads((out / "c1/manifest.json").read_text())["dependencies"]["unmet"] == [{
+        "name": "torch", "status": "not carried (target unknown: no --installed)",
+        "requires": "sglang 0.0.1+sm120.7 requires torch; flashinfer-python 0.0.2+sm120.7 requires torch"}]
     rc = cli_main(["bundle", "--python", PY, "--out", str(tmp_path / "x"), "--strip", "fa4"])
     assert rc == 2 and "unknown part(s) fa4" in capsys.readouterr().err
     (tmp_path / "notabundle").mkdir()
