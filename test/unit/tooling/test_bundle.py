@@ -350,3 +350,20 @@ def test_cli_bundle(world, tmp_path, capsys):
     rc = cli_main(["bundle", "--python", PY, "--out", str(tmp_path / "notabundle"), "--no-kernel"])
     assert rc == 2 and "exists and is not a bundle" in capsys.readouterr().err
     assert (tmp_path / "notabundle" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_install_into_the_interpreters_own_environment(world, tmp_path):
+    import venv
+
+    out = tmp_path / "bundle"
+    _bundle(world, out, deps=_pins(tmp_path, "depa==2.0\ndepb==1.0\ndepc==1.1\n"))
+    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
+    py = str(tmp_path / "venv/bin/python")
+    r = run_install(out, "--dry-run", python=py)
+    assert r.returncode == 0 and "--force-reinstall" in r.stdout and "--target" not in r.stdout, r.stderr
+    r = run_install(out, python=py)
+    assert r.returncode == 0, r.stdout + r.stderr
+    probe = "import importlib.metadata as m; print(m.version('sglang'), m.version('sglang-kernel'), m.version('depc'))"
+    res = subprocess.run([py, "-c", probe], capture_output=True, text=True)
+    assert res.stdout.split() == ["0.0.1+sm120.7", "0.0.1", "1.1"], res.stderr
