@@ -233,6 +233,8 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
     out = out.resolve()
     if out.exists() and not (out.is_dir() and (is_bundle(out) or not any(out.iterdir()))):
         raise UserError(f"--out {out}: exists and is not a bundle; choose another directory or remove it")
+    if opts.strip and opts.no_kernel:
+        raise UserError("--strip needs a kernel wheel to strip (not with --no-kernel)")
     if not (opts.no_kernel or opts.kernel_wheel):
         kernel_artifact(base, opts.python)  # fail before any work when the kernel cannot be verified
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ each `<name>.so` to OUT/<name>/<name>.so, the layout of FlashInfer's AOT directo
 
 Environment (set by flashinfer_aot.py): CUDA_HOME, FLASHINFER_CUDA_ARCH_LIST, FLASHINFER_WORKSPACE_BASE,
 FLASHINFER_EXTRA_LDFLAGS (-L<dir with a libcuda.so to link against>), FLASHINFER_EXTRA_CUDAFLAGS.
-Prints one JSON line per module: {"name", "seconds", "size", "flashinfer"}.
+Prints one JSON line per module: {"name", "seconds", "size", "flashinfer", "torch"}.
 Standalone on purpose (stdlib + the build venv): it must not import sglang_blackwell.
 """
 
@@ -28,6 +28,13 @@ def main(argv):
         ctypes.CDLL(cudart[0], mode=ctypes.RTLD_GLOBAL)
     import flashinfer
 
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:  # FlashInfer itself needs it; a stand-in may not
+        torch_version = None
+
     for item in items:
         name, _, target = item.partition("=")
         module, _, func = target.partition(":")
@@ -39,7 +46,8 @@ def main(argv):
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copyfile(so, dest)
         print(json.dumps({"name": name, "seconds": round(time.time() - t, 1), "size": os.path.getsize(dest),
-                          "flashinfer": getattr(flashinfer, "__file__", "")}), flush=True)
+                          "flashinfer": getattr(flashinfer, "__file__", ""), "torch": torch_version}),
+              flush=True)
 
 
 if __name__ == "__main__":
