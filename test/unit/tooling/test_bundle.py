@@ -205,6 +205,8 @@ def test_chunks_travel_separately_and_install_from_the_stage(world, tmp_path):
     # call 1: only c1 on the machine
     carry1, carry2, stage, target = (tmp_path / n for n in ("carry1", "carry2", "stage", "site"))
     shutil.copytree(out / "c1", carry1 / "c1")
+    r = run_install(carry1 / "c1", "--verify-only")
+    assert r.returncode == 3 and "still missing" in r.stdout, r.stdout + r.stderr
     r = run_install(carry1 / "c1", "--stage", str(stage), "--stage-only")
     assert r.returncode == 0 and "still missing" in r.stdout and "c2" in r.stdout, r.stdout + r.stderr
     r = run_install(carry1 / "c1", "--stage", str(stage), "--target", str(target))
