@@ -76,6 +76,51 @@ def cmd_install(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bundle(a: argparse.Namespace) -> int:
+    from .bases import get_base
+    from .bundle import BundleOptions, make_bundle
+    from .flashinfer_aot import parse_archs, parse_modules
+    from .strip import parse_strip
+
+    archs = parse_archs(a.jit_archs)
+    opts = BundleOptions(
+        python=a.python or f"{sys.version_info[0]}.{sys.version_info[1]}", strip=parse_strip(a.strip),
+        installed=Path(a.installed) if a.installed else None, deps=Path(a.deps) if a.deps else None,
+        exclude=frozenset(_names(a.exclude)), jit_archs=archs,
+        jit_modules=parse_modules(a.jit_modules) if archs else [],
+        jit_python=a.jit_python, jit_cache=Path(a.jit_cache).expanduser() if a.jit_cache else None,
+        chunk_mib=a.chunk_mib, kernel_wheel=Path(a.kernel_wheel) if a.kernel_wheel else None,
+        no_kernel=a.no_kernel, index_url=a.index_url, find_links=tuple(a.find_links or ()))
+    res = make_bundle(get_base(a.base), Path(a.out), opts, progress=_progress)
+    m = res.manifest
+    kinds: dict[str, int] = {}
+    for f in m["files"]:
+        kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+    print(f"bundle {m['bundle_id'][:16]}: base {m['base']}, {m['python_tag']}, {len(m['files'])} files "
+          f"({', '.join(f'{n} {k}' for k, n in kinds.items())}) in {res.out}")
+    for name, size in res.chunks:
+        print(f"  {(res.out / name) if name else res.out}  {size / 2**20:.2f} MiB")
+    unmet = m["dependencies"]["unmet"]
+    if unmet:
+        print(f"note: {len(unmet)} requirements of the bundled wheels are neither carried nor known to be on the "
+              f"target (details: dependencies.unmet in manifest.json): {', '.join(u['name'] for u in unmet)}",
+              file=sys.stderr)
+    first = res.out / res.chunks[0][0] if res.chunks[0][0] else res.out
+    if len(res.chunks) > 1:
+        print(f"install: bash <chunk>/install.sh --stage DIR --stage-only for each chunk as it arrives, then "
+              f"bash <last chunk>/install.sh --stage DIR [--target SITE]; or with all chunks side by side: "
+              f"bash {first}/install.sh [--target SITE]")
+    else:
+        print(f"install: bash {first}/install.sh [--target SITE]")
+    return 0
+
+
+def _names(spec: str | None) -> list[str]:
+    from packaging.utils import canonicalize_name
+
+    return [canonicalize_name(n.strip()) for n in (spec or "").split(",") if n.strip()]
+
+
 def cmd_index(a: argparse.Namespace) -> int:
     from .index import build_index
 
@@ -199,6 +244,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-deps", action="store_true", help="only our wheels, no dependencies or runtime pins")
     p.add_argument("--dry-run", action="store_true", help="print the pip command, change nothing")
     p.set_defaults(fn=cmd_install)
+
+    p = sub.add_parser("bundle", help="offline wheelhouse: patched wheels, kernel, missing deps, manifest, install.sh",
+                       description="Write everything a GPU machine without network needs to install the patched "
+                       "stack on top of an existing torch: the patched wheels, the kernel wheel (optionally "
+                       "stripped), the dependency wheels the target lacks, optional prebuilt FlashInfer JIT "
+                       "modules, a manifest with the sha256 of every file and install.sh, which verifies it "
+                       "before installing. See benchmark/lab/README.md.")
+    p.add_argument("--base")
+    p.add_argument("--python", help="target CPython MAJOR.MINOR (default: this interpreter's)")
+    p.add_argument("--out", default="bundle", help="bundle directory, replaced as a whole (default: bundle)")
+    p.add_argument("--strip", help="kernel wheel parts to remove, e.g. fa3,sm100,flashmla (kernel_parts.toml)")
+    p.add_argument("--installed", help="the target's `pip list --format=freeze`: carry only what it lacks")
+    p.add_argument("--deps", help="pinned dependency list (name==version lines), e.g. "
+                   "benchmark/lab/bundle-deps-0.5.14-py312.txt; without it (and with --installed) the "
+                   "dependencies are resolved automatically from Requires-Dist")
+    p.add_argument("--exclude", help="distributions never carried, comma-separated")
+    p.add_argument("--jit-archs", help="prebuild FlashInfer JIT modules for these archs, e.g. 9.0a (needs nvcc)")
+    p.add_argument("--jit-modules", help="which (default: trtllm_comm,norm)")
+    p.add_argument("--jit-python", help="interpreter of a venv with the target's torch + FlashInfer's deps to "
+                   "build them with")
+    p.add_argument("--jit-cache", help="import prebuilt modules from DIR/<name>/<name>.so (provenance unchecked)")
+    p.add_argument("--chunk-mib", type=float, help="split into chunk directories c1, c2, ... of at most N MiB")
+    p.add_argument("--kernel-wheel", help="use this kernel wheel file instead of fetching the base's pin")
+    p.add_argument("--no-kernel", action="store_true", help="carry no kernel wheel")
+    p.add_argument("--index-url", help="package index for dependency downloads (pip --index-url)")
+    p.add_argument("--find-links", action="append", help="pip --find-links for dependency downloads (repeatable)")
+    p.set_defaults(fn=cmd_bundle)
 
     p = sub.add_parser("index", help="PEP 503 simple index of the built wheels")
     p.add_argument("dir")

@@ -31,8 +31,9 @@ Last-Update: 2026-11-30
 {diff}"""
 
 
-def make_wheel(path: Path, dist: str, version: str, files: dict[str, bytes], requires: list[str] = ()) -> Path:
-    """A minimal valid wheel (METADATA, WHEEL, RECORD) holding `files`."""
+def make_wheel(path: Path, dist: str, version: str, files: dict[str, bytes], requires: list[str] = (),
+               tag: str = "py3-none-any") -> Path:
+    """A minimal valid wheel (METADATA, WHEEL, RECORD) holding `files`; a platform `tag` makes it platlib."""
     from sglang_blackwell.wheels import Entry
 
     di = f"{dist.replace('-', '_')}-{version}.dist-info"
@@ -40,7 +41,8 @@ def make_wheel(path: Path, dist: str, version: str, files: dict[str, bytes], req
     meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
     entries = [Entry(n, d, 0o644 << 16) for n, d in files.items()]
     entries += [Entry(f"{di}/METADATA", (meta + "\n").encode(), 0o644 << 16),
-                Entry(f"{di}/WHEEL", b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+                Entry(f"{di}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+                                      f"{'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n").encode(),
                       0o644 << 16)]
     entries.append(Entry(f"{di}/RECORD", b"", 0o644 << 16))
     entries[-1].data = make_record(entries, f"{di}/RECORD")
