@@ -15,12 +15,16 @@ def _progress(msg: str) -> None:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
+    from .aot import AotRequest
     from .bases import get_base
     from .build import build
     from .report import patch_report
 
     base = get_base(a.base)
-    built, manifest = build(base, Path(a.out), python=a.python, progress=_progress)
+    aot = AotRequest.parse(a.aot, a.aot_modules, a.aot_python) if a.aot else None
+    if aot is None and (a.aot_modules or a.aot_python):
+        raise UserError("--aot-modules/--aot-python need --aot ARCHS (e.g. --aot 12.0a)")
+    built, manifest = build(base, Path(a.out), python=a.python, progress=_progress, aot=aot)
     for w in built:
         print(f"{w.path}  sha256={w.sha256}")
     print(f"{manifest}")
@@ -165,6 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="dist", help="output directory (default: dist)")
     p.add_argument("--python", help="only wheels for this CPython version, e.g. 3.12 (default: all pinned)")
     p.add_argument("--report", action="store_true", help="print the patch report afterwards")
+    p.add_argument("--aot", metavar="ARCHS",
+                   help="also prebuild FlashInfer's fused all-reduce modules into the flashinfer wheel's AOT slots "
+                        "for these archs, e.g. 12.0a or 12.0a,9.0a (nvcc, minutes per module, cached); a module "
+                        "built only for 12.0a does not run on other GPUs")
+    p.add_argument("--aot-modules", metavar="NAMES", help="with --aot: which modules (default: trtllm_comm,norm)")
+    p.add_argument("--aot-python", metavar="PATH",
+                   help="with --aot: interpreter with torch, apache-tvm-ffi and ninja to run FlashInfer's JIT "
+                        "specs (default: this one)")
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("check", help="series apply with zero fuzz, headers valid, series and files agree")

@@ -179,6 +179,32 @@ def build_patched_wheel(src: Path, out_dir: Path, *, layout: Layout, patches: li
     return dest, write_wheel(dest, body)
 
 
+def add_files(wheel: Path, files: dict[str, bytes], marker_update: dict, *, mode: int = 0o644) -> str:
+    """Put `files` (wheel path -> bytes) into a built wheel of ours, replacing same-named entries, merge
+    `marker_update` into its sglang_blackwell.json, regenerate RECORD; rewrite the wheel atomically in place.
+    Returns the new sha256. Used for FlashInfer's AOT slots (aot.py)."""
+    entries = read_wheel(wheel)
+    dist = dist_info_dir(entries)
+    marker_name, record_name = f"{dist}/{MARKER_FILE}", f"{dist}/RECORD"
+    marker = next((e for e in entries if e.name == marker_name), None)
+    if marker is None:
+        raise UserError(f"{wheel.name}: has no {MARKER_FILE}: not a wheel built by sglang-blackwell")
+    bad = [n for n in files if n.startswith(dist + "/") or n.startswith("/") or ".." in n.split("/")]
+    if bad:
+        raise UserError(f"{wheel.name}: refusing to add {bad} (metadata or paths outside the package)")
+    kept = [e for e in entries if e.name not in files and e.name != record_name]
+    first_meta = next(i for i, e in enumerate(kept) if e.name.startswith(dist + "/"))
+    kept[first_meta:first_meta] = [Entry(n, files[n], mode << 16) for n in sorted(files)]
+    data = json.loads(marker.data)
+    data.update(marker_update)
+    for e in kept:
+        if e.name == marker_name:
+            e.data = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+    kept.append(Entry(record_name, b"", 0o644 << 16))
+    kept[-1].data = make_record(kept, record_name)
+    return write_wheel(wheel, kept)
+
+
 def check_record(path: Path) -> list[str]:
     """Problems with a wheel's RECORD (empty: it lists every file with a correct hash and size)."""
     entries = read_wheel(path)
