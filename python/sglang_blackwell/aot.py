@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
@@ -273,16 +273,17 @@ def build_aot_modules(flashinfer_tree_or_wheel: str | os.PathLike, modules: Sequ
                       archs: Sequence[str] | str = ("12.0a",), cache: Path | None = None, *,
                       python: str | None = None, cuda_home: str | os.PathLike | None = None,
                       include_dirs: Sequence[str | os.PathLike] = (), timeout_s: int = 3600,
-                      progress: Progress | None = None) -> dict[str, Path]:
+                      progress: Progress | None = None, toolchain: Toolchain | None = None) -> dict[str, Path]:
     """Compile FlashInfer JIT modules for `archs` from a FlashInfer tree (a directory holding flashinfer/) or a
-    flashinfer wheel. Returns {module name: cached .so}; each .so is checked to hold SASS for every arch."""
+    flashinfer wheel. Returns {module name: cached .so}; each .so is checked to hold SASS for every arch.
+    python/cuda_home/include_dirs: see find_toolchain (or pass its result as toolchain)."""
     say = progress or (lambda s: None)
     archs = parse_archs(archs)
     modules = parse_modules(modules)
     src = Path(flashinfer_tree_or_wheel)
     if not src.exists():
         raise UserError(f"{src}: no such FlashInfer tree or wheel")
-    tc = find_toolchain(python, cuda_home, include_dirs)
+    tc = toolchain or find_toolchain(python, cuda_home, include_dirs)
     cache = (cache or cache_dir()) / "aot"
     with tempfile.TemporaryDirectory(prefix="sglang-blackwell-aot-") as td:
         work = Path(td)
@@ -362,9 +363,8 @@ def add_aot_modules(wheel: Path, req: AotRequest, cache: Path | None = None,
     AOT slots, in place (atomically). Returns (new sha256, what the manifest and the wheel's marker record)."""
     from .wheels import add_files
 
-    built = build_aot_modules(wheel, req.modules, req.archs, cache, python=req.python, cuda_home=req.cuda_home,
-                              include_dirs=req.include_dirs, progress=progress)
     tc = find_toolchain(req.python, req.cuda_home, req.include_dirs)
+    built = build_aot_modules(wheel, req.modules, req.archs, cache, progress=progress, toolchain=tc)
     files, record = {}, {}
     for name, so in built.items():
         data = so.read_bytes()
@@ -375,6 +375,3 @@ def add_aot_modules(wheel: Path, req: AotRequest, cache: Path | None = None,
     digest = add_files(wheel, files, {"aot": info}, mode=0o755)
     return digest, info
 
-
-def toolchain_dict(tc: Toolchain) -> dict:
-    return asdict(tc)

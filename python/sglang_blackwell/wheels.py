@@ -4,7 +4,9 @@ requirements for the base, regenerate RECORD and write a byte-reproducible wheel
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -55,9 +57,15 @@ def _record_hash(data: bytes) -> str:
 
 
 def make_record(entries: list[Entry], record_name: str) -> bytes:
-    rows = [f"{e.name},{_record_hash(e.data)},{len(e.data)}" for e in entries if e.name != record_name]
-    rows.append(f"{record_name},,")
-    return ("\n".join(rows) + "\n").encode()
+    """RECORD is CSV: names with commas (sglang ships 'E=1,N=14336,device_name=....json' configs) are quoted,
+    or pip reads extra columns (and cannot uninstall those files)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    for e in entries:
+        if e.name != record_name:
+            w.writerow([e.name, _record_hash(e.data), len(e.data)])
+    w.writerow([record_name, "", ""])
+    return out.getvalue().encode()
 
 
 def rewrite_metadata(text: str, new_version: str, rewrites: dict[str, str], where: str) -> str:
@@ -212,11 +220,13 @@ def check_record(path: Path) -> list[str]:
     rec = next((e for e in entries if e.name == f"{dist}/RECORD"), None)
     if rec is None:
         return ["no RECORD"]
-    listed = {}
-    for row in rec.data.decode().splitlines():
-        name, h, size = row.rsplit(",", 2)
+    listed, probs = {}, []
+    for row in csv.reader(io.StringIO(rec.data.decode())):
+        if len(row) != 3:
+            probs.append(f"RECORD row {row!r} does not have 3 columns (unquoted comma in a file name?)")
+            continue
+        name, h, size = row
         listed[name] = (h, size)
-    probs = []
     for e in entries:
         if e.name == rec.name:
             continue
