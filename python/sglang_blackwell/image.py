@@ -143,7 +143,7 @@ def verify(base: Base, dist: Path, python: str, *, nccl_profile: str | None = No
         got = have.get(name)
         if got is None:
             probs.append(f"{name}: not installed (base {base.name} runs {r['requirement']})")
-        elif got["version"] != r["version"]:
+        elif not _satisfies(got["version"], r["version"]):
             probs.append(f"{name}: {got['version']} installed, base {base.name} pins {r['version']}")
     if nccl_profile is not None:
         from .sitehook import state
@@ -156,6 +156,18 @@ def verify(base: Base, dist: Path, python: str, *, nccl_profile: str | None = No
             probs.append(f"NCCL: the active block applies profile {act['profile']}, not {nccl_profile}")
         probs += [f"NCCL: {p}" for p in st["problems"]]
     return probs
+
+
+def _satisfies(installed: str, pinned: str) -> bool:
+    """`torch==2.11.0` with the cu130 index installs 2.11.0+cu130 (pip prefers the local build): a pin without a
+    local label accepts any; a pin with one (2.9.1+cu130) must match exactly."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        got, want = Version(installed), Version(pinned)
+    except InvalidVersion:
+        return installed == pinned
+    return got == want if want.local else got.public == want.public
 
 
 def format_labels(labels: dict[str, str], fmt: str) -> str:

@@ -134,3 +134,23 @@ def test_install_stack_in_a_venv(tmp_path, src):
         assert labels[f"{ns}.{p['distribution']}.series-sha256"] == p["series_sha256"]
     assert labels[f"{ns}.flashinfer-python.aot"] == "norm@12.0a"
     assert labels[f"{ns}.runtime.torch"] == torch.version
+
+    # and `image verify` notices when the environment stops matching the manifest
+    (Path(fi) / "flashinfer/data/aot/norm/norm.so").unlink()
+    subprocess.run([str(venv / "bin" / "sglang-blackwell"), "nccl", "uninstall", "--python", str(py)], check=True,
+                   capture_output=True)
+    v = subprocess.run([str(venv / "bin" / "sglang-blackwell"), "image", "verify", "--base", base.name, "--dist",
+                        str(dist), "--python", str(py), "--nccl-profile", "pcie-ll", "--skip-cuda-wheels"],
+                       capture_output=True, text=True)
+    assert v.returncode == 1
+    assert f"AOT module norm missing at {Path(fi) / 'flashinfer/data/aot/norm/norm.so'}" in v.stderr
+    assert "NCCL: no managed startup block active" in v.stderr
+
+
+def test_runtime_pins_accept_the_local_build_pip_prefers():
+    from sglang_blackwell.image import _satisfies
+
+    assert _satisfies("2.11.0+cu130", "2.11.0")  # torch==2.11.0 + the cu130 index
+    assert _satisfies("2.9.1+cu130", "2.9.1+cu130")
+    assert not _satisfies("2.9.1", "2.9.1+cu130") and not _satisfies("2.9.1+cu128", "2.9.1+cu130")
+    assert not _satisfies("2.11.1", "2.11.0")
