@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
+from .aot import AotRequest, add_aot_modules
 from .bases import Base
+from .errors import UserError
 from .fetch import fetch
 from .layouts import get_layout
 from .series import Series, load_series
@@ -38,13 +40,17 @@ def manifest_path(out_dir: Path, base: Base) -> Path:
 
 
 def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path | None = None,
-          progress: Callable[[str], None] | None = None) -> tuple[list[BuiltWheel], Path]:
+          progress: Callable[[str], None] | None = None,
+          aot: AotRequest | None = None) -> tuple[list[BuiltWheel], Path]:
     """Build every patched wheel of `base` (optionally only those for CPython `python`) into out_dir.
 
+    aot: also compile FlashInfer modules into the flashinfer wheel's AOT slots (aot.py; minutes, cached).
     All-or-nothing: wheels are written to a private temp dir first and moved into out_dir together with the
     manifest only when every one of them built.
     """
     say = progress or (lambda s: None)
+    if aot is not None and not any(p.package == "flashinfer" for p in base.patched):
+        raise UserError(f"--aot: base {base.name} does not patch flashinfer: there is no wheel to put modules in")
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".sglang-blackwell-tmp-{os.getpid()}-", dir=out_dir))
@@ -72,10 +78,14 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
                     requires_rewrite=pkg.requires_rewrite, marker=dict(marker, upstream_filename=art.filename,
                                                                        upstream_sha256=art.sha256))
                 say(f"built {dest.name} ({len(series.patches)} patches)")
+                entry = {"upstream": {"filename": art.filename, "sha256": art.sha256}}
+                if aot is not None and pkg.package == "flashinfer":
+                    digest, entry["aot"] = add_aot_modules(dest, aot, cache, progress=say)
+                    say(f"AOT modules {', '.join(entry['aot']['modules'])} for {' '.join(aot.archs)} "
+                        f"in {dest.name}")
                 built.append(BuiltWheel(pkg.package, out_dir / dest.name, digest, art.filename, art.sha256))
-                wheels.append({"upstream": {"filename": art.filename, "sha256": art.sha256},
-                               "output": {"filename": dest.name, "sha256": digest,
-                                          "size": dest.stat().st_size}})
+                entry["output"] = {"filename": dest.name, "sha256": digest, "size": dest.stat().st_size}
+                wheels.append(entry)
             pkgs.append({"package": pkg.package, "distribution": pkg.distribution, "version": pkg.version,
                          "local_version": local_version, "series_sha256": series.sha256,
                          "requires_rewrite": pkg.requires_rewrite, "patches": marker["patches"],

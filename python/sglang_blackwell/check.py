@@ -13,6 +13,7 @@ from .bases import Base
 from .build import series_for
 from .errors import ApplyError, UserError
 from .fetch import fetch
+from .labellock import lock_problems
 from .layouts import get_layout
 from .series import validate_series
 
@@ -78,4 +79,8 @@ def check_base(base: Base, cache: Path | None = None, progress: Callable[[str], 
                 break
             res.lines.append(f"{base.name} {pkg.package} {p.name}: applies [{p.logical_id}] "
                              f"{p.upstream_status}")
+    label_probs = lock_problems(base)
+    res.problems += label_probs
+    res.lines.append(f"{base.name} local label +{base.local_label}: "
+                     + ("recorded in LABEL.lock with these inputs" if not label_probs else "NOT LOCKED"))
     return res

@@ -15,12 +15,16 @@ def _progress(msg: str) -> None:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
+    from .aot import AotRequest
     from .bases import get_base
     from .build import build
     from .report import patch_report
 
     base = get_base(a.base)
-    built, manifest = build(base, Path(a.out), python=a.python, progress=_progress)
+    aot = AotRequest.parse(a.aot, a.aot_modules, a.aot_python) if a.aot else None
+    if aot is None and (a.aot_modules or a.aot_python):
+        raise UserError("--aot-modules/--aot-python need --aot ARCHS (e.g. --aot 12.0a)")
+    built, manifest = build(base, Path(a.out), python=a.python, progress=_progress, aot=aot)
     for w in built:
         print(f"{w.path}  sha256={w.sha256}")
     print(f"{manifest}")
@@ -72,7 +76,9 @@ def cmd_install(a: argparse.Namespace) -> int:
 
     cmd = install(get_base(a.base), Path(a.dist), python_exe=a.python_exe, no_deps=a.no_deps,
                   upstream=a.upstream, dry_run=a.dry_run, progress=_progress)
-    print(" ".join(cmd))
+    import shlex
+
+    print(shlex.join(cmd))  # copy-pasteable: the kernel wheel's `name @ url` requirement has spaces
     return 0
 
 
@@ -124,8 +130,11 @@ def _names(spec: str | None) -> list[str]:
 def cmd_index(a: argparse.Namespace) -> int:
     from .index import build_index
 
-    wheels = sorted(Path(a.dist).glob("*.whl"))
-    simple = build_index(wheels, Path(a.dir))
+    wheels = []
+    for d in a.dist or ["dist"]:
+        wheels += sorted(Path(d).rglob("*.whl") if a.recursive else Path(d).glob("*.whl"))
+    simple = build_index(wheels, Path(a.dir), url_template=a.url_template, simple_at_root=a.simple_at_root,
+                         keep_first=a.keep_first, warn=lambda m: print(f"warning: {m}", file=sys.stderr))
     print(f"pip install --extra-index-url file://{simple.resolve()} sglang flashinfer-python")
     return 0
 
@@ -196,6 +205,82 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_image(a: argparse.Namespace) -> int:
+    from . import image
+
+    if a.action == "facts":
+        print(image.format_facts(image.facts(), a.get, a.github_output), end="")
+        return 0
+    if a.action == "check":
+        from .pins import check_pins, check_release
+
+        root = image.checkout_root()
+        rep = check_release(root, a.tag) if a.release else check_pins(root)
+        for n in rep.notes:
+            print(f"note: {n}")
+        for p in rep.problems:
+            print(f"ERROR: {p}", file=sys.stderr)
+        print(f"image check{' --release' if a.release else ''}: "
+              f"{'OK' if rep.ok else f'{len(rep.problems)} problem(s)'}")
+        return 0 if rep.ok else 1
+    from .bases import get_base
+
+    base = get_base(a.base)
+    if a.action == "labels":
+        print(image.format_labels(image.image_labels(base, Path(a.dist)), a.format), end="")
+        return 0
+    from .aot import parse_archs
+
+    if not a.python:
+        raise UserError("image verify: --python (the environment's interpreter) is required")
+    probs = image.verify(base, Path(a.dist), a.python, nccl_profile=a.nccl_profile,
+                         aot_archs=parse_archs(a.aot) if a.aot else None, cuda_wheels=not a.skip_cuda_wheels)
+    for p in probs:
+        print(f"PROBLEM: {p}", file=sys.stderr)
+    print(f"image verify {a.python}: {'OK' if not probs else f'{len(probs)} problem(s)'} "
+          f"(base {base.name}, manifest {Path(a.dist)})")
+    return 1 if probs else 0
+
+
+def cmd_label(a: argparse.Namespace) -> int:
+    from .bases import get_base, list_bases
+    from .labellock import lock_problems, write_lock
+
+    bases = list_bases() if a.all else [get_base(a.base)]
+    bad = 0
+    for b in bases:
+        if a.action == "lock":
+            print(write_lock(b))
+        probs = lock_problems(b)
+        for p in probs:
+            print(f"ERROR: {p}", file=sys.stderr)
+        bad += len(probs)
+        if a.action == "status":
+            print(f"base {b.name}: +{b.local_label} {'locked' if not probs else 'NOT locked'}")
+    return 1 if bad else 0
+
+
+def cmd_changelog(a: argparse.Namespace) -> int:
+    from .changelog import WORKTREE, changelog_bases, changelog_refs, previous_tag
+    from .image import checkout_root
+
+    root = checkout_root()
+    if a.bases:
+        text = changelog_bases(root, a.bases[0], a.bases[1], a.to or WORKTREE)
+    else:
+        old = a.from_ref or previous_tag(root, a.to or "HEAD")  # None: no earlier tag, a first release
+        text = changelog_refs(root, old, a.to or WORKTREE)
+    if a.out:
+        out = Path(a.out)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(out)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
     return a.bench_fn(a)
 
@@ -217,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="dist", help="output directory (default: dist)")
     p.add_argument("--python", help="only wheels for this CPython version, e.g. 3.12 (default: all pinned)")
     p.add_argument("--report", action="store_true", help="print the patch report afterwards")
+    p.add_argument("--aot", metavar="ARCHS",
+                   help="also prebuild FlashInfer's fused all-reduce modules into the flashinfer wheel's AOT slots "
+                        "for these archs, e.g. 12.0a or 12.0a,9.0a (nvcc, minutes per module, cached); a module "
+                        "built only for 12.0a does not run on other GPUs")
+    p.add_argument("--aot-modules", metavar="NAMES", help="with --aot: which modules (default: trtllm_comm,norm)")
+    p.add_argument("--aot-python", metavar="PATH",
+                   help="with --aot: interpreter with torch, apache-tvm-ffi and ninja to run FlashInfer's JIT "
+                        "specs (default: this one)")
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("check", help="series apply with zero fuzz, headers valid, series and files agree")
@@ -274,7 +367,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="PEP 503 simple index of the built wheels")
     p.add_argument("dir")
-    p.add_argument("--dist", default="dist")
+    p.add_argument("--dist", action="append", help="directory of wheels (default: dist); repeat for several, "
+                                                  "in order of precedence")
+    p.add_argument("--recursive", action="store_true", help="also wheels in subdirectories of --dist")
+    p.add_argument("--keep-first", action="store_true",
+                   help="same file name, other bytes: publish the first one listed instead of failing")
+    p.add_argument("--url-template", help="link wheels at this URL instead of copying them: {file} = wheel name, "
+                                          "{dir} = its directory's name (e.g. a release tag)")
+    p.add_argument("--simple-at-root", action="store_true",
+                   help="DIR itself is the index root (pip --extra-index-url DIR), not DIR/simple")
     p.set_defaults(fn=cmd_index)
 
     p = sub.add_parser("nccl", help="NCCL tuning applied at every interpreter start of an environment",
@@ -305,6 +406,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and the command, start nothing")
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then python -m sglang.launch_server arguments")
     p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("image", help="serving image and workflow support: facts, drift check, labels, verify",
+                       description="facts: the default base, bases and pinned CUDA image (for workflows); check: no "
+                       "drift between base.toml and docker/ + .github/workflows (--release: also a digest-pinned "
+                       "CUDA image and locked labels); labels: OCI labels from a build manifest; verify: an "
+                       "installed environment matches the build manifest")
+    p.add_argument("action", choices=["facts", "check", "labels", "verify"])
+    p.add_argument("--base", help="labels/verify: base line (default: the default base)")
+    p.add_argument("--dist", default="dist", help="labels/verify: where the build manifest is (default: dist)")
+    p.add_argument("--get", metavar="KEY", help="facts: print one fact (default_base, bases, cuda_image, ...)")
+    p.add_argument("--github-output", action="store_true", help="facts: key=value lines for $GITHUB_OUTPUT")
+    p.add_argument("--release", action="store_true", help="check: what a release needs as well")
+    p.add_argument("--tag", help="check --release: the git tag being released (must be v<package version>)")
+    p.add_argument("--format", default="lines", choices=["lines", "json"], help="labels: key=value lines or JSON")
+    p.add_argument("--python", help="verify: interpreter of the environment to verify")
+    p.add_argument("--nccl-profile", help="verify: the profile the NCCL startup block must apply")
+    p.add_argument("--aot", metavar="ARCHS", help="verify: FlashInfer AOT modules must exist for these archs")
+    p.add_argument("--skip-cuda-wheels", action="store_true",
+                   help="verify: do not require the CUDA runtime wheels (torch, kernel): CPU test mode")
+    p.set_defaults(fn=cmd_image)
+
+    p = sub.add_parser("label", help="the local version label rule: LABEL.lock per base (lock / status)")
+    p.add_argument("action", choices=["lock", "status"])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--base")
+    g.add_argument("--all", action="store_true", help="every base")
+    p.set_defaults(fn=cmd_label)
+
+    p = sub.add_parser("changelog", help="patch series changes between git refs or between base lines (Markdown)")
+    p.add_argument("--from", dest="from_ref", metavar="REF",
+                   help="old git ref (default: the tag before --to; none: everything is new)")
+    p.add_argument("--to", metavar="REF", help="new git ref (default: the working tree)")
+    p.add_argument("--bases", nargs=2, metavar=("OLD", "NEW"), help="compare two base lines instead of refs")
+    p.add_argument("--out", help="write to this file instead of stdout")
+    p.set_defaults(fn=cmd_changelog)
 
     p = sub.add_parser("report", help="print the patch report of a base")
     p.add_argument("--base")

@@ -4,7 +4,9 @@ requirements for the base, regenerate RECORD and write a byte-reproducible wheel
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -55,9 +57,15 @@ def _record_hash(data: bytes) -> str:
 
 
 def make_record(entries: list[Entry], record_name: str) -> bytes:
-    rows = [f"{e.name},{_record_hash(e.data)},{len(e.data)}" for e in entries if e.name != record_name]
-    rows.append(f"{record_name},,")
-    return ("\n".join(rows) + "\n").encode()
+    """RECORD is CSV: names with commas (sglang ships 'E=1,N=14336,device_name=....json' configs) are quoted,
+    or pip reads extra columns (and cannot uninstall those files)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    for e in entries:
+        if e.name != record_name:
+            w.writerow([e.name, _record_hash(e.data), len(e.data)])
+    w.writerow([record_name, "", ""])
+    return out.getvalue().encode()
 
 
 def rewrite_metadata(text: str, new_version: str, rewrites: dict[str, str], where: str) -> str:
@@ -179,6 +187,32 @@ def build_patched_wheel(src: Path, out_dir: Path, *, layout: Layout, patches: li
     return dest, write_wheel(dest, body)
 
 
+def add_files(wheel: Path, files: dict[str, bytes], marker_update: dict, *, mode: int = 0o644) -> str:
+    """Put `files` (wheel path -> bytes) into a built wheel of ours, replacing same-named entries, merge
+    `marker_update` into its sglang_blackwell.json, regenerate RECORD; rewrite the wheel atomically in place.
+    Returns the new sha256. Used for FlashInfer's AOT slots (aot.py)."""
+    entries = read_wheel(wheel)
+    dist = dist_info_dir(entries)
+    marker_name, record_name = f"{dist}/{MARKER_FILE}", f"{dist}/RECORD"
+    marker = next((e for e in entries if e.name == marker_name), None)
+    if marker is None:
+        raise UserError(f"{wheel.name}: has no {MARKER_FILE}: not a wheel built by sglang-blackwell")
+    bad = [n for n in files if n.startswith(dist + "/") or n.startswith("/") or ".." in n.split("/")]
+    if bad:
+        raise UserError(f"{wheel.name}: refusing to add {bad} (metadata or paths outside the package)")
+    kept = [e for e in entries if e.name not in files and e.name != record_name]
+    first_meta = next(i for i, e in enumerate(kept) if e.name.startswith(dist + "/"))
+    kept[first_meta:first_meta] = [Entry(n, files[n], mode << 16) for n in sorted(files)]
+    data = json.loads(marker.data)
+    data.update(marker_update)
+    for e in kept:
+        if e.name == marker_name:
+            e.data = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+    kept.append(Entry(record_name, b"", 0o644 << 16))
+    kept[-1].data = make_record(kept, record_name)
+    return write_wheel(wheel, kept)
+
+
 def check_record(path: Path) -> list[str]:
     """Problems with a wheel's RECORD (empty: it lists every file with a correct hash and size)."""
     entries = read_wheel(path)
@@ -186,11 +220,13 @@ def check_record(path: Path) -> list[str]:
     rec = next((e for e in entries if e.name == f"{dist}/RECORD"), None)
     if rec is None:
         return ["no RECORD"]
-    listed = {}
-    for row in rec.data.decode().splitlines():
-        name, h, size = row.rsplit(",", 2)
+    listed, probs = {}, []
+    for row in csv.reader(io.StringIO(rec.data.decode())):
+        if len(row) != 3:
+            probs.append(f"RECORD row {row!r} does not have 3 columns (unquoted comma in a file name?)")
+            continue
+        name, h, size = row
         listed[name] = (h, size)
-    probs = []
     for e in entries:
         if e.name == rec.name:
             continue

@@ -166,4 +166,8 @@ size = {whl.stat().st_size}
     (base / "sglang" / "series").write_text("# test series\n0001-gate-accepts-12.patch\n")
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(patches))
     monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
+    from sglang_blackwell.bases import load_base
+    from sglang_blackwell.labellock import write_lock
+
+    write_lock(load_base(base))  # the label rule (labellock.py): +sm120.7 recorded with these inputs
     return base

@@ -61,7 +61,14 @@ def test_new_commit_becomes_the_next_patch(tiny_base, tmp_path):
     assert names == ["0001-gate-accepts-12.patch", "0002-other-return-2.patch"]
     assert (tiny_base / "sglang" / "series").read_text().splitlines()[-1] == "0002-other-return-2.patch"
     from sglang_blackwell.check import check_base
+    from sglang_blackwell.labellock import write_lock
 
+    # a new patch under the old label fails check (labellock.py) until the label is bumped and locked
+    res = check_base(get_base("9.9.9"))
+    assert [p for p in res.problems if "wheels labelled +sm120.7 were made from other inputs" in p]
+    toml = tiny_base / "base.toml"
+    toml.write_text(toml.read_text().replace('local_label = "sm120.7"', 'local_label = "sm120.8"'))
+    write_lock(get_base("9.9.9"))
     assert check_base(get_base("9.9.9")).ok
 
 
