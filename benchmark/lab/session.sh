@@ -11,7 +11,9 @@
 #   step 4  (nothing)      bench allreduce --tune, its GPU numerics test, doctor with the stack installed,
 #                          and a server started by `serve` with the tuned table (its choices logged) (~5 min)
 #
-#   bash benchmark/lab/session.sh step1|step2|step3|step4
+#   step 5  (nothing)      one more repeat of lab-synthetic, bench allreduce --tune (no GPU test), serve with it
+#
+#   bash benchmark/lab/session.sh step1|step2|step3|step4|step5     (SKIP_DOCTOR=1: step 1 without the doctor)
 #
 # The machine must stay warm between the steps: /tmp/bundle, /tmp/site, /tmp/lab and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -33,7 +35,7 @@ step1() {
   ( /usr/bin/time -v python3 benchmark/models/gen_lab_pair.py --out /tmp/lab --device cuda > $o/gen_lab_pair.json \
       2> $o/gen_lab_pair.err; echo "exit $?" >> $o/gen_lab_pair.err ) &
   local gen=$!
-  bash benchmark/lab/doctor_receipt.sh lab-h200x2 $o
+  [ "${SKIP_DOCTOR:-0}" = 1 ] || bash benchmark/lab/doctor_receipt.sh lab-h200x2 $o
   wait $gen; log "pair: $(tail -1 $o/gen_lab_pair.err); $(du -sh /tmp/lab/* 2>/dev/null | tr '\n' ' ')"
   tar -czf "$OUT/step1.tar.gz" -C $o .
 }
@@ -65,7 +67,17 @@ step4() {
   tar -czf "$OUT/step4.tar.gz" -C $o .
 }
 
+step5() {  # a later repeat of the trained benchmark + the tuned table through `serve` (when step 4 must be redone)
+  local o=/tmp/o5; rm -rf $o; mkdir -p $o
+  OUT=$o/bench DEADLINE=${DEADLINE_TRAINED:-260} bash benchmark/lab/bench_eagle3.sh benchmark/lab-synthetic.toml \
+    --repeats 1 > $o/bench.log 2>&1
+  log "lab-synthetic: exit $?"; tail -25 $o/bench.log
+  OUT=$o GPU_TEST=0 PROFILES=${PROFILES:-none} DEADLINE=${DEADLINE_AR:-150} bash benchmark/lab/allreduce.sh 2>&1 | tail -12
+  PYTHONPATH=$PWD/python:/tmp/site bash benchmark/lab/serve_check.sh $o/ar/allreduce_table.json $o/serve 2>&1 | tail -30
+  tar -czf "$OUT/step5.tar.gz" -C $o .
+}
+
 case "${1:-}" in
-  step1|step2|step3|step4) "$1"; rc=$?; log "$1 done: exit $rc"; ls -la "$OUT"; exit $rc ;;
+  step1|step2|step3|step4|step5) "$1"; rc=$?; log "$1 done: exit $rc"; ls -la "$OUT"; exit $rc ;;
   *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac
