@@ -292,6 +292,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return run(args, table=a.table, profile=a.profile, dry_run=a.dry_run)
 
 
+def cmd_qualify(a: argparse.Namespace) -> int:
+    from .qualify import run
+
+    return run(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
@@ -446,6 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print the patch report of a base")
     p.add_argument("--base")
     p.set_defaults(fn=cmd_report)
+
+    from .qualify import add_arguments as add_qualify_arguments
+
+    p = sub.add_parser("qualify", help="doctor, GPU tests, bench allreduce (+ bench eagle3): one receipt to send")
+    add_qualify_arguments(p)
+    p.set_defaults(fn=cmd_qualify)
 
     from .bench import add_parsers as add_bench_parsers
 
