@@ -13,6 +13,7 @@ returned. A rank that raises makes run_tp raise with its traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import socket
 import traceback
 
@@ -67,8 +68,28 @@ def run_tp(world_size: int, target: str, kwargs: dict | None = None, timeout: fl
     raise AssertionError("unreachable")
 
 
+# How ranks start. "fork" (default): the caller imports what every rank imports (the CPU op registration,
+# sglang's parallel_state, the scenario's module) once, then forks the ranks, which skip those imports (sglang's
+# import is most of a scenario's cost on a 2-core CI machine). "spawn": fresh interpreters, as before.
+START_ENV = "SGLB_TP_START"
+
+
+def _preimport(target: str, sglang_init: bool) -> None:
+    if sglang_init:
+        from support.cpu_ops import register_custom_ops_for_cpu
+
+        register_custom_ops_for_cpu()
+        importlib.import_module("sglang.srt.distributed.parallel_state")
+    importlib.import_module(target.split(":")[0])
+
+
 def _run_tp_once(world_size: int, target: str, kwargs: dict | None, timeout: float, sglang_init: bool) -> list:
-    ctx = mp.get_context("spawn")
+    start = os.environ.get(START_ENV, "fork")
+    if start not in ("fork", "spawn"):
+        raise ValueError(f"{START_ENV}={start!r}: expected fork or spawn")
+    if start == "fork":
+        _preimport(target, sglang_init)
+    ctx = mp.get_context(start)
     queue = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_worker, args=(r, world_size, port, target, kwargs or {}, queue, sglang_init))
