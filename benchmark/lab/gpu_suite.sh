@@ -9,7 +9,7 @@
 #     gpu-suite-junit.xml             pytest's JUnit XML
 #     gpu-suite-pytest.log            pytest's output
 #     gpu-suite-artifacts.tar.gz      $SGLB_OUT: facts.json, progress.log, server logs, rank-0 traces, rank logs
-# Environment: OUT (default /tmp/out), SGLB_OUT (/tmp/sglb-gpu-suite, emptied first), SGLB_DEADLINE_S (480; the
+# Environment: SGLB_TP (2: the servers' TP size), OUT (default /tmp/out), SGLB_OUT (/tmp/sglb-gpu-suite, emptied first), SGLB_DEADLINE_S (480; the
 # call takes at most SGLB_DEADLINE_S + 100 s: fits a 600 s lab command at the default),
 # SGLB_LAB_TARGET, SGLB_LAB_DRAFT, SGLB_SITE (/tmp/site), SGLB_PYTHON (python3), SGLB_PYTEST_WHEELS (.whl/pytest:
 # wheels installed into SGLB_SITE when the image has no pytest).
@@ -39,7 +39,9 @@ die() { log "$2"; exit "$1"; }
 case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
 command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with >= 2 NVIDIA GPUs"
 ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
-[ "$ngpu" -ge 2 ] || die 3 "needs >= 2 GPUs, nvidia-smi lists $ngpu"
+export SGLB_TP=${SGLB_TP:-2}
+[[ "$SGLB_TP" =~ ^[0-9]+$ ]] && [ "$SGLB_TP" -ge 2 ] || die 2 "SGLB_TP=$SGLB_TP: expected a whole number >= 2"
+[ "$ngpu" -ge "$SGLB_TP" ] || die 3 "TP=$SGLB_TP needs >= $SGLB_TP GPUs, nvidia-smi lists $ngpu"
 for v in SGLB_LAB_TARGET SGLB_LAB_DRAFT; do
   [ -f "${!v}/config.json" ] || die 3 "$v=${!v}: no config.json (generate the pair: python3 benchmark/models/gen_lab_pair.py --out $(dirname "$SGLB_LAB_TARGET") --device cuda)"
 done

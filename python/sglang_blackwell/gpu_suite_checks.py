@@ -17,6 +17,7 @@ Facts they rely on (read from the pinned code):
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from typing import Any
@@ -37,6 +38,17 @@ ACCEPT_LEN_ATOL = 0.05  # fusion on vs off: the same drafts are accepted (exactl
 # FlashInfer 0.6.12 trtllm_ar.py
 BARRIER_FLAG_COUNT = 256
 MAX_COMM_SIZE = 2147483647 & ~((1 << 21) - 1)
+TP_ENV = "SGLB_TP"
+
+
+def lab_tp(environ: dict[str, str] | None = None) -> int:
+    """The suite's tensor-parallel size: $SGLB_TP (default 2; the lab has 2 GPUs, issue 9 runs 4 and 8)."""
+    raw = (os.environ if environ is None else environ).get(TP_ENV, "2")
+    if not raw.isdigit() or int(raw) < 2:
+        raise ValueError(f"{TP_ENV}={raw!r}: expected a whole number >= 2")
+    return int(raw)
+
+
 UPSTREAM_FUSION_MAX_TOKEN_NUM = 2048  # sglang 0.5.14 FUSE_ALLREDUCE_MAX_BATCH_SIZE
 
 WORKSPACE_LINE = re.compile(

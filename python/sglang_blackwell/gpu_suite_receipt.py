@@ -27,7 +27,7 @@ from .errors import UserError
 KIND = "lab-gpu-suite"
 FACTS_SCHEMA = "sglang-blackwell/lab-gpu-suite-facts/1"
 BASE = "0.5.14"
-TP = 2
+TP = checks.lab_tp()  # $SGLB_TP, default 2
 
 
 def parse_junit(path: Path) -> dict[str, Any]:

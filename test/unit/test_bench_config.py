@@ -130,3 +130,14 @@ def test_cli_reports_config_errors_with_exit_2(tmp_path: Path, capsys: pytest.Ca
     assert rc == 2
     assert f"{p}: [server] tp: expected an integer >= 1" in err
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_with_tp_changes_the_size_and_the_hash():
+    from sglang_blackwell.bench.config import load_config, with_tp
+
+    cfg = load_config(BENCHMARK / "lab-synthetic.toml")
+    tp4 = with_tp(cfg, 4)
+    assert (cfg.server.tp, tp4.server.tp) == (2, 4) and tp4.raw["server"]["tp"] == 4
+    assert tp4.sha256 != cfg.sha256 and with_tp(cfg, 2) is cfg and cfg.raw["server"]["tp"] == 2
+    with pytest.raises(UserError, match="--tp"):
+        with_tp(cfg, 0)

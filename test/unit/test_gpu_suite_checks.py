@@ -155,3 +155,10 @@ def test_symm_mem_line_matches_the_patch_message():
     msg = fmt % ("no multicast", 262144, 67108864, 2)  # noqa: UP031
     m = c.SYMM_MEM_LINE.search(msg)
     assert m and (m["oneshot"], m["max"], m["world"]) == ("262144", "67108864", "2")
+
+
+def test_lab_tp_from_the_environment():
+    assert c.lab_tp({}) == 2 and c.lab_tp({"SGLB_TP": "8"}) == 8
+    for bad in ("1", "x", "", "-4"):
+        with pytest.raises(ValueError, match="SGLB_TP"):
+            c.lab_tp({"SGLB_TP": bad})

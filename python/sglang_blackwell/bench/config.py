@@ -17,6 +17,8 @@ to a default). Paths in the config (the prompt file) are relative to the config 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import sys
@@ -202,6 +204,18 @@ class _Section:
             if not isinstance(x, str):
                 raise self.error(f"{key}.{k}", f"expected a string value (TOML: {k} = \"1\"), got {x!r}")
         return dict(v)
+
+
+def with_tp(cfg: BenchConfig, tp: int) -> BenchConfig:
+    """The same benchmark at another tensor-parallel size (`bench eagle3 --tp N`). The TP size is part of the
+    config's hash, so runs at different sizes never merge (`--from-runs`)."""
+    if tp < 1:
+        raise UserError(f"--tp: expected >= 1, got {tp}")
+    if tp == cfg.server.tp:
+        return cfg
+    raw = copy.deepcopy(cfg.raw)
+    raw.setdefault("server", {})["tp"] = tp
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, tp=tp), raw=raw)
 
 
 def load_config(path: str | Path) -> BenchConfig:

@@ -31,7 +31,7 @@ from .. import receipts
 from ..errors import UserError
 from ..paths import repo_root
 from . import client, nvidia, plots, sglang_api, trace
-from .config import ArmSpec, BenchConfig, load_config, select_arms
+from .config import ArmSpec, BenchConfig, load_config, select_arms, with_tp
 from .server import (
     Server,
     ServerError,
@@ -81,6 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure servers someone else started instead of launching them: ARM=URL each, or "
                         "URLs in the order of the (selected) arms")
     p.add_argument("--repeats", type=int, help="launches per arm (default: workload.repeats)")
+    p.add_argument("--tp", type=int, help="tensor-parallel size (default: the config's [server] tp)")
     p.add_argument("--arms", help="comma-separated subset of the config's arms (default: all)")
     p.add_argument("--deadline-s", type=float,
                    help="start no arm run that would likely end after this many seconds (bounded lab calls)")
@@ -100,6 +101,8 @@ def _progress_printer() -> Progress:
 
 def run(a: argparse.Namespace) -> int:
     cfg = load_config(a.config)
+    if getattr(a, "tp", None) is not None:
+        cfg = with_tp(cfg, a.tp)
     arms = select_arms(cfg, a.arms)
     if a.repeats is not None and a.repeats < 1:
         raise UserError(f"--repeats: expected >= 1, got {a.repeats}")

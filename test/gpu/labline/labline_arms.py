@@ -27,7 +27,7 @@ from sglang_blackwell import gpu_suite_checks as checks
 from sglang_blackwell.bench import nvidia, sglang_api, trace, trace_kernels
 from sglang_blackwell.bench.server import Server, ServerError, TeardownError, free_port, http_json, launched_server
 
-TP = 2
+TP = checks.lab_tp()  # $SGLB_TP, default 2
 CUDA_GRAPH_MAX_BS = 16
 NUM_STEPS, EAGLE_TOPK, NUM_DRAFT_TOKENS = 2, 1, 3
 LAB_FLAGS = ["--disable-custom-all-reduce", "--disable-radix-cache", "--attention-backend", "triton",
