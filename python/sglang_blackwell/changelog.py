@@ -7,8 +7,9 @@ package it reports the upstream version and local label moves, and each patch as
   changed    same id, different +/- lines (the change itself moved)
   refreshed  same id, same +/- lines, other context or line numbers (rebased onto new upstream code)
   status     same change, new Upstream-Status (e.g. Pending -> Submitted [url])
-  absorbed   dropped because upstream has it: the new series file says so in a comment
-             `# absorbed: P1 <where upstream has it>`, or (inferred) the patch was a Backport/Accepted one and the
+  absorbed   dropped because upstream has it: the new base.toml says so (`[base] absorbed = { P1 = "<where>" }`,
+             as `check` reads it) or its series file does in a comment `# absorbed: P1 <where upstream has it>`,
+             or (inferred) the patch was a Backport/Accepted one and the
              upstream version moved
   dropped    gone for another reason
 """
@@ -88,13 +89,15 @@ def snapshot(src: Source, base: str) -> BaseSnapshot | None:
     if raw is None:
         return None
     data = tomllib.loads(raw.decode())
+    # [base] absorbed in base.toml (what `check` reads) counts like a `# absorbed:` comment in a series file
+    declared = {str(k): str(v) for k, v in data.get("base", {}).get("absorbed", {}).items()}
     packages = {}
     with tempfile.TemporaryDirectory() as td:
         for p in data.get("patched", []):
             pkg = p["package"]
             series_text = src.read(f"patches/{base}/{pkg}/series")
             patches: dict[str, Patch] = {}
-            absorbed: dict[str, str] = {}
+            absorbed: dict[str, str] = dict(declared)
             if series_text is not None:
                 sp = Path(td) / f"{pkg}-series"
                 sp.write_bytes(series_text)

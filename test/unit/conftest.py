@@ -7,7 +7,9 @@ reference measurement on the lab's 2x H200 (research/lab-allreduce, Table 2, net
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,10 @@ def build_results(net_us: dict[str, list[float | None]], *, tokens: list[int] = 
 @pytest.fixture
 def ar_results_factory() -> Callable[..., dict]:
     return build_results
+
+
+# a skip of the image/workflow linters, validators and builds fails the run under SGLANG_BLACKWELL_REQUIRE_TOOLS=1
+_TEST_ROOT = str(Path(__file__).resolve().parents[1])
+if _TEST_ROOT not in sys.path:
+    sys.path.insert(0, _TEST_ROOT)
+from support.require_tools import pytest_runtest_makereport  # noqa: E402,F401

@@ -145,3 +145,20 @@ def test_image_python_without_wheels(repo):
     text = re.sub(r'\[\[patched\.files\]\]\nfilename = "sglang-0\.5\.14-cp310[^\[]*', "", text)
     toml.write_text(text)
     assert "the image's Python 3.10 (Ubuntu 22.04) has no sglang wheel pinned in base 0.5.14" in problems(repo)
+
+
+def test_user_docs_name_the_current_labels():
+    """Install lines in README.md and docs/docker-and-release.md name each base's current local label (a label
+    bump that forgets them fails here)."""
+    from sglang_blackwell.bases import list_bases
+
+    current = {}
+    for b in list_bases(REPO / "patches"):
+        for p in b.patched:
+            current[p.version] = b.local_version(p)
+    seen = 0
+    for doc in ("README.md", "docs/docker-and-release.md"):
+        for m in re.finditer(r"(\d+\.\d+\.\d+)\+(sm120\.\d+)", (REPO / doc).read_text()):
+            seen += 1
+            assert m[1] in current and m[0] == current[m[1]], f"{doc}: {m[0]}, the base's label is {current.get(m[1])}"
+    assert seen >= 3

@@ -107,3 +107,24 @@ def test_changes_between_base_lines(tmp_path):
     assert ("- sglang: dropped P1 `0001-a.patch`: absorbed upstream (its Upstream-Status says upstream has it "
             "from 1.5; upstream is now 2.0)") in out
     assert "- sglang: dropped P2 `0002-b.patch`: NOT absorbed: upstream has it from 3.0, this line is on 2.0" in out
+
+
+def test_absorbed_declared_in_base_toml(tmp_path):
+    """`[base] absorbed` in the new base.toml (what `check` reads) names where upstream has a dropped patch."""
+    root = tmp_path / "repo"
+    write_base(root, "1.0", "1.0", "sm120.1", {
+        "0001-a.patch": patch("P3", "python/sglang/a.py", "x = 1", "x = 2", status="Backport [PR 7]"),
+    })
+    write_base(root, "2.0", "2.0", "sm120.1", {})
+    toml = root / "patches" / "2.0" / "base.toml"
+    declared = 'cuda = "13.0"\nabsorbed = { P3 = "upstream 2.0 (PR 7)" }\n'
+    toml.write_text(toml.read_text().replace('cuda = "13.0"\n', declared))
+    out = changelog_bases(root, "1.0", "2.0")
+    assert "- sglang: dropped P3 `0001-a.patch`: absorbed upstream (upstream 2.0 (PR 7))" in out
+
+
+def test_real_base_lines_name_p3_absorbed():
+    """0.5.9 -> 0.5.14 on the repository itself: P3 is absorbed (patches/0.5.14/base.toml says where)."""
+    out = changelog_bases(Path(__file__).resolve().parents[3], "0.5.9", "0.5.14")
+    assert "- sglang: dropped P3 `0002-eagle3-aux-capture-after-fused-allreduce.patch`: absorbed upstream (sglang " \
+           "0.5.14 (PR #28343" in out

@@ -28,6 +28,11 @@ def _versions(py):
     return json.loads(r.stdout)
 
 
+def ours(base) -> dict[str, str]:
+    """Our wheels' versions: the label comes from base.toml (bumped when the series changes, LABEL.lock)."""
+    return {"sglang": f"0.5.9+{base.local_label}", "flashinfer-python": f"0.6.4+{base.local_label}"}
+
+
 @pytest.fixture(scope="module")
 def real_build(tmp_path_factory):
     os.environ.pop("SGLANG_BLACKWELL_PATCHES", None)
@@ -48,7 +53,7 @@ def test_wheels_install_and_report_local_version_then_roll_back(real_build, fres
     base, dist = real_build
     cmd = install(base, dist, python_exe=str(fresh_venv), no_deps=True)
     assert "--no-deps" in cmd
-    assert _versions(fresh_venv) == {"sglang": "0.5.9+sm120.1", "flashinfer-python": "0.6.4+sm120.1"}
+    assert _versions(fresh_venv) == ours(base)
     marker = subprocess.run(
         [str(fresh_venv), "-c", "import importlib.metadata as m; print(m.distribution('sglang')"
                                 ".read_text('sglang_blackwell.json'))"], capture_output=True, text=True).stdout
@@ -58,13 +63,13 @@ def test_wheels_install_and_report_local_version_then_roll_back(real_build, fres
 
 
 def test_pep503_index_serves_the_wheels_to_pip(real_build, fresh_venv, tmp_path):
-    _, dist = real_build
+    base, dist = real_build
     simple = build_index(sorted(dist.glob("*.whl")), tmp_path / "index")
     r = subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir",
-                        "--index-url", f"file://{simple}", "sglang==0.5.9+sm120.1", "flashinfer-python"],
+                        "--index-url", f"file://{simple}", f"sglang==0.5.9+{base.local_label}", "flashinfer-python"],
                        capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
     assert r.returncode == 0, r.stderr
-    assert _versions(fresh_venv) == {"sglang": "0.5.9+sm120.1", "flashinfer-python": "0.6.4+sm120.1"}
+    assert _versions(fresh_venv) == ours(base)
 
 
 def test_full_install_asks_for_the_cuda13_runtime(real_build):
@@ -73,4 +78,4 @@ def test_full_install_asks_for_the_cuda13_runtime(real_build):
     assert "torch==2.9.1+cu130" in cmd
     assert any(c.startswith("sgl-kernel @ https://github.com/sgl-project/whl/releases/download/v0.3.21/") for c in cmd)
     assert cmd[cmd.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu130"
-    assert any(c.endswith("sglang-0.5.9+sm120.1-py3-none-any.whl") for c in cmd)
+    assert any(c.endswith(f"sglang-0.5.9+{base.local_label}-py3-none-any.whl") for c in cmd)

@@ -1,0 +1,41 @@
+"""SGLANG_BLACKWELL_REQUIRE_TOOLS=1 (.ci/run) turns a skip of the image/workflow checks into a failure: run on a
+scratch test tree in a subprocess, with and without it, and .ci/run sets it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support.require_tools import MUST_RUN_IN_CI, REQUIRE_TOOLS_ENV
+
+TEST_ROOT = Path(__file__).resolve().parents[1]
+REPO = TEST_ROOT.parent
+SKIPPING = "import pytest\n\ndef test_lint():\n    pytest.skip('hadolint: pip install failed (no network)')\n"
+
+
+def run(tmp_path: Path, required: bool) -> subprocess.CompletedProcess:
+    (tmp_path / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TEST_ROOT)!r})\n"
+                                          "from support.require_tools import pytest_runtest_makereport  # noqa\n")
+    (tmp_path / "test_workflows.py").write_text(SKIPPING)  # a module whose skips mean a missing tool
+    (tmp_path / "test_other.py").write_text(SKIPPING)  # any other module: a skip stays a skip
+    env = {k: v for k, v in os.environ.items() if k != REQUIRE_TOOLS_ENV}
+    if required:
+        env[REQUIRE_TOOLS_ENV] = "1"
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+
+def test_a_skip_fails_only_when_tools_are_required(tmp_path):
+    r = run(tmp_path, required=False)
+    assert r.returncode == 0 and "2 skipped" in r.stdout, r.stdout + r.stderr
+    r = run(tmp_path, required=True)
+    assert r.returncode == 1 and "1 failed, 1 skipped" in r.stdout, r.stdout + r.stderr
+    assert ("test_workflows.py::test_lint would have been skipped (Skipped: hadolint: pip install failed (no "
+            f"network)), but {REQUIRE_TOOLS_ENV}=1") in r.stdout
+
+
+def test_ci_requires_the_tools():
+    assert f"export {REQUIRE_TOOLS_ENV}=1" in (REPO / ".ci" / "run").read_text()
+    assert {p.name for p in (TEST_ROOT / "unit").rglob("test_*.py")} >= MUST_RUN_IN_CI
