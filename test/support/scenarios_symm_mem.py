@@ -61,10 +61,14 @@ def communicator_cases(rank: int, world_size: int, cases: list[dict]) -> list[di
 
 
 def communicator(rank: int, world_size: int, capability=(12, 0), multicast: bool = False,
-                 p2p_atomics: bool = True, sizes=(43008, 1048576)) -> dict:
+                 p2p_atomics: bool = True, sizes=(43008, 1048576, 16777216)) -> dict:
     from support.cuda_sim import simulate_cuda
 
     simulate_cuda(capability=tuple(capability), device_count=world_size, p2p_atomics=p2p_atomics)
+    from support import sglang_compat
+
+    if sglang_compat.runtime_context():  # sglang >= 0.5.23 reads its configuration while constructing
+        sglang_compat.publish_server_args(rank, tp_size=world_size, device="cpu")
     import torch.distributed._symmetric_memory as symm
 
     symm.empty = lambda n, device=None, dtype=None: torch.zeros(n, dtype=dtype)
