@@ -290,10 +290,10 @@ def drift_report(base: Base, spec: str = "latest", *, cache: Path | None = None,
     for pkg in base.patched:
         series = series_for(base, pkg.package)
         rel = release(pkg.distribution, pins.get(str(canonicalize_name(pkg.distribution))))
-        absorbed = ", ".join(f"{lid} since {since}" for lid, since in sorted(base.absorbed.items())
-                             if since.split()[0] in (pkg.package, pkg.distribution))
+        since = {lid: base.absorbed_since(lid) for lid in sorted(base.absorbed)}
+        absorbed = ", ".join(f"{lid} since {d} {v}" for lid, (d, v) in since.items() if d == pkg.distribution)
         if not series.patches:
-            note = "no patches in the series: nothing to try" + (f" ({absorbed} absorbed)" if absorbed else "")
+            note = "no patches in the series: nothing to try" + (f" (upstream has {absorbed})" if absorbed else "")
             packages.append(PackageDrift(pkg.package, pkg.distribution, pkg.version, rel.version, None, [], note))
             continue
         art = pick_wheel(rel)

@@ -74,8 +74,9 @@ class PatchTrees:
         """The unpatched release of `package`, beside the other package as built."""
         return [self.f.tree(base, p, 0) if p == package else self.f.built_tree(base, p) for p in PACKAGES]
 
-    def assert_absorbed(self, base: str, package: str, code: str, problems: Callable[[dict], list[str]]) -> dict:
-        r = run_probe(self.upstream(base, package), code)
+    def assert_absorbed(self, base: str, package: str, code: str, problems: Callable[[dict], list[str]],
+                        env: dict | None = None) -> dict:
+        r = run_probe(self.upstream(base, package), code, env=env)
         assert problems(r) == [], f"{base}: upstream {package} does not have the change after all: {problems(r)}"
         return r
 
