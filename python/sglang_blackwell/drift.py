@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -71,13 +72,15 @@ def _get_json(url: str, timeout: float = 30) -> dict[str, Any]:
         raise UserError(f"{url}: cannot read PyPI's JSON API ({e})") from None
 
 
-def _artifacts(entries: list[dict[str, Any]]) -> list[Artifact]:
+def _artifacts(entries: list[dict[str, Any]], base_url: str) -> list[Artifact]:
+    """The release's wheels; URLs resolved against the JSON document's (mirrors serve relative ones)."""
     out = []
     for u in entries:
         sha = (u.get("digests") or {}).get("sha256")
         if u.get("yanked") or not sha or not u.get("filename", "").endswith(".whl"):
             continue
-        out.append(Artifact(filename=u["filename"], url=u["url"], sha256=sha, size=u.get("size")))
+        out.append(Artifact(filename=u["filename"], url=urllib.parse.urljoin(base_url, u["url"]), sha256=sha,
+                            size=u.get("size")))
     return out
 
 
@@ -89,22 +92,22 @@ def release(distribution: str, version: str | None = None) -> Release:
     if version is not None:
         if version not in releases:
             raise UserError(f"{url}: {distribution} has no release {version!r}")
-        return Release(distribution, version, _artifacts(releases[version]))
+        return Release(distribution, version, _artifacts(releases[version], url))
     candidates = []
     for v, entries in releases.items():
         try:
             ver = Version(v)
         except InvalidVersion:
             continue
-        if not ver.is_prerelease and not ver.is_devrelease and _artifacts(entries):
+        if not ver.is_prerelease and not ver.is_devrelease and _artifacts(entries, url):
             candidates.append((ver, v, entries))
     if not candidates:  # an index that only lists the current release
         info = data.get("info", {}).get("version")
         if not info:
             raise UserError(f"{url}: no release with wheels")
-        return Release(distribution, info, _artifacts(data.get("urls", [])))
+        return Release(distribution, info, _artifacts(data.get("urls", []), url))
     _, v, entries = max(candidates)
-    return Release(distribution, v, _artifacts(entries))
+    return Release(distribution, v, _artifacts(entries, url))
 
 
 def pick_wheel(rel: Release, python: str | None = None, platform: str = "x86_64") -> Artifact:
