@@ -73,7 +73,17 @@ def communicator(rank: int, world_size: int, capability=(12, 0), multicast: bool
 
     symm.empty = lambda n, device=None, dtype=None: torch.zeros(n, dtype=dtype)
     symm.rendezvous = lambda buf, group_name: SimpleNamespace(multicast_ptr=0xC0FFEE if multicast else 0)
+    import importlib
+    import sys
+
+    # modules imported before the simulation began (sglang's own init) computed their CUDA facts on a CPU
+    # machine at import: re-import them on the simulated one, as a GPU process would have imported them
+    utils = "sglang.srt.distributed.device_communicators.custom_all_reduce_utils"
+    if utils in sys.modules:
+        importlib.reload(sys.modules[utils])
     import sglang.srt.distributed.device_communicators.torch_symm_mem as tsm
+
+    tsm = importlib.reload(tsm)
 
     ops = _FakeSymmMemOps()
     tsm.torch = _TorchWithSymmMemOps(ops)  # the module reaches its kernels through torch.ops.symm_mem
