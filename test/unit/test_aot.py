@@ -118,7 +118,7 @@ def test_patched_flashinfer_wheel_built_with_aot_holds_sm120a_modules(tmp_path):
     unpacked = tmp_path / "site"
     with zipfile.ZipFile(fi.path) as z:
         z.extractall(unpacked)
-        marker = json.loads(z.read("flashinfer_python-0.6.4+sm120.1.dist-info/sglang_blackwell.json"))
+        marker = json.loads(z.read(f"flashinfer_python-0.6.4+{base.local_label}.dist-info/sglang_blackwell.json"))
     so = unpacked / "flashinfer/data/aot/norm/norm.so"
     assert "sm_120a" in read_cuda_binary(so).sass_names()
     assert marker["aot"]["archs"] == ["12.0a"] and marker["aot"]["modules"]["norm"]["sass"] == ["sm_120a"]
