@@ -415,10 +415,12 @@ def check_pcie_ipc(c: Context) -> Check:
     f = allreduce_facts(c)
     b = pcie_ipc(f)
     on = f.env.get(PCIE_IPC_ENV, "").lower() in TRUTHY
-    stack = (f"sglang {f.sglang or 'not installed'} {'has' if f.has_pcie_ipc else 'lacks'} pcie_ipc_ar; "
-             f"flashinfer {f.flashinfer or 'not installed'} "
-             + ("has" if f.flashinfer_pcie_ipc else "lacks" if f.flashinfer_pcie_ipc is False else "may have")
-             + " PcieIpcAllReduceWorkspace")
+    sg = (f"sglang {f.sglang}: {'has' if f.has_pcie_ipc else 'no'} pcie_ipc_ar backend" if f.sglang
+          else "sglang: not installed")
+    fi = ("flashinfer: not installed" if not f.flashinfer else
+          f"flashinfer {f.flashinfer}: " + ("has" if f.flashinfer_pcie_ipc else "no" if f.flashinfer_pcie_ipc is False
+                                           else "may have") + " PcieIpcAllReduceWorkspace")
+    stack = f"{sg}; {fi}"
     data = {"usable": b.usable, "why": b.why, "enabled": on, "sglang_has_backend": f.has_pcie_ipc,
             "flashinfer_has_workspace": f.flashinfer_pcie_ipc, "tp": f.tp}
     if c.no_gpu or f.tp < 2:
