@@ -1,8 +1,8 @@
 #!/bin/bash
 # `bench eagle3` on the GPU lab (nvidia-h200-x2), run from the repository root:
 #   DEADLINE=560 bash benchmark/lab/bench_eagle3.sh benchmark/lab-synthetic.toml --repeats 1
-# Needs what the lab line leaves on a warm machine: sglang 0.5.14 + deps installed in /tmp/site (run_lab.sh
-# stage2), JIT caches in /tmp/jit, and the generated pair in /tmp/lab/{target,draft}.
+# Needs what the lab line leaves on a warm machine: sglang 0.5.14 + deps installed in /tmp/site (the lab bundle's
+# install.sh --target /tmp/site), JIT caches in /tmp/jit, and the generated pair in /tmp/lab/{target,draft}.
 # Writes into $OUT/bench: the receipt (.json), the runs (_runs.jsonl), plots if matplotlib is there; server logs
 # as one $OUT/bench-logs.tar.gz. Exit code: the benchmark's (0 pass, 1 verdict failed, 2 bad config,
 # 5/6 server start/teardown problem, 130 interrupted), 3/4 if the machine is not prepared.
@@ -14,7 +14,8 @@ export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}; DEADLINE=${DEADLINE:-540}
 [ $# -ge 1 ] || { echo "usage: $0 CONFIG [bench eagle3 options]"; exit 2; }
 CONFIG=$1; shift
-[ -f /tmp/site/.lab_installed ] || { echo "no sglang install in /tmp/site: run the lab line's stage1 + stage2 first"; exit 3; }
+[ -f /tmp/site/.sglang-blackwell-bundle.json ] || [ -f /tmp/site/.lab_installed ] \
+  || { echo "no sglang install in /tmp/site: install the lab bundle first (benchmark/lab/README.md)"; exit 3; }
 for d in /tmp/lab/target /tmp/lab/draft; do
   [ -f "$d/config.json" ] || { echo "missing $d/config.json: generate the lab model pair first"; exit 4; }
 done

@@ -91,6 +91,8 @@ def _field(obj: Any, name: str) -> Any:
 def topology_key(topology: Any, tp: int) -> TopologyKey:
     """Key for `tp` GPUs of a machine described by `topology` (a dict or an object with gpu_name,
     capability ("9.0" or (9, 0)) and link)."""
+    if hasattr(topology, "link_kind"):  # a topology.Topology (its .link is a method: link(a, b) -> Link)
+        topology = {**topology.machine(), "link": topology.link_kind}
     name, cap, link = (_field(topology, k) for k in ("gpu_name", "capability", "link"))
     if not name or cap is None:
         raise UserError(f"topology lacks gpu_name/capability: {topology!r}")

@@ -7,8 +7,11 @@ OUTDIR/<name>/<name>.so. Standalone on purpose: the build interpreter need not h
 Prints one line `AOT-RESULT {json}` per module: {"name", "so", "seconds", "flashinfer"} or {"name", "error"}.
 """
 
+import ctypes
+import glob
 import importlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -19,6 +22,11 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     failed = 0
+    # a CUDA build of torch on a machine without a driver: make the toolkit's libcudart resolvable for what
+    # importing flashinfer loads
+    cudart = sorted(glob.glob(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64", "libcudart.so*")))
+    if cudart:
+        ctypes.CDLL(cudart[0], mode=ctypes.RTLD_GLOBAL)
     for item in argv[1:]:
         name, _, target = item.partition("=")
         module, _, gen = target.partition(":")

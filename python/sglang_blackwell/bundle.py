@@ -4,7 +4,7 @@ script that verifies it before installing:
 
   wheels/   our patched wheels (build.build), the kernel wheel (optionally stripped: strip.py), the dependency
             wheels the target lacks (deps.py)
-  aot/      optional prebuilt FlashInfer JIT modules, aot/<name>/<name>.so (flashinfer_aot.py)
+  aot/      optional prebuilt FlashInfer JIT modules, aot/<name>/<name>.so (aot.py)
   manifest.json, install.sh, install_bundle.py (bundle_installer.py)
 
 With --chunk-mib N the files are split over chunk directories c1, c2, ... (each under N MiB with its own copy of
@@ -20,11 +20,12 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .aot import DEFAULT_MODULES, AotModule, aot_modules
 from .bases import Artifact, Base
 from .build import _alive, build, series_for
 from .deps import (
@@ -42,7 +43,6 @@ from .deps import (
 )
 from .errors import IntegrityError, UserError
 from .fetch import fetch, sha256_file
-from .flashinfer_aot import AotModule, aot_modules
 from .paths import cache_dir
 from .strip import KernelPart, strip_kernel_wheel
 
@@ -66,10 +66,10 @@ class BundleOptions:
     installed: Path | None = None
     deps: Path | None = None
     exclude: frozenset[str] = frozenset()
-    jit_archs: list[str] = field(default_factory=list)
-    jit_modules: list[str] = field(default_factory=list)
-    jit_python: str | None = None
-    jit_cache: Path | None = None
+    jit_archs: Sequence[str] = ()  # prebuilt FlashInfer modules (aot.py): for these archs
+    jit_modules: Sequence[str] = ()  # which (empty: aot.DEFAULT_MODULES)
+    jit_python: str | None = None  # the build interpreter; without it modules only come from jit_cache
+    jit_cache: Path | None = None  # import modules built elsewhere (marked imported)
     chunk_mib: float | None = None
     kernel_wheel: Path | None = None
     no_kernel: bool = False
@@ -188,10 +188,7 @@ def _entries(sel: Selection, kernel_meta: dict | None, patched_meta: dict[str, d
             e["required_by"] = sorted({n.by for n in needs.get(w.name, [])})
             e["source"] = f"{opts.deps}:{pins_line[w.name]}" if w.name in pins_line else "automatic"
         out.append((e, w.path))
-    for m in aot:
-        e = {"path": f"aot/{m.name}/{m.name}.so", "kind": "jit", "module": m.name, "archs": list(m.archs),
-             "origin": m.origin, "slot": f"flashinfer/data/aot/{m.name}/{m.name}.so", "key": m.key}
-        out.append((e, m.path))
+    out += [(m.bundle_entry(), m.path) for m in aot]
     return out
 
 
@@ -266,8 +263,12 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
             fi = next((b for b in built if b.package == "flashinfer"), None)
             if fi is None:
                 raise UserError(f"--jit-archs: base {base.name} has no patched flashinfer wheel")
-            aot = aot_modules(fi.path, series_for(base, "flashinfer").sha256, opts.jit_archs, opts.jit_modules,
-                              cache=cache, work=work, jit_python=opts.jit_python, jit_cache=opts.jit_cache,
+            if not (opts.jit_python or opts.jit_cache):
+                raise UserError("--jit-archs: no --jit-python to build the modules with (a venv with the target's "
+                                "torch, apache-tvm-ffi, ninja and numpy: see benchmark/lab/README.md) nor "
+                                "--jit-cache DIR holding <name>/<name>.so")
+            aot = aot_modules(fi.path, opts.jit_modules or DEFAULT_MODULES, opts.jit_archs, cache,
+                              python=opts.jit_python, import_dir=opts.jit_cache, build=bool(opts.jit_python),
                               progress=say)
         pins_line = {p.name: p.line for p in read_pins(opts.deps)} if opts.deps else {}
         entries = _entries(sel, kernel_meta, patched_meta, pins_line, target, aot, opts)
@@ -282,7 +283,7 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
             "base": base.name, "local_label": base.local_label, "cuda": base.cuda, "python": opts.python,
             "python_tag": python_tag, "platform": target.platforms[0],
             "chunks": chunks, "dependencies": deps_info,
-            "jit": {"archs": opts.jit_archs, "modules": [m.name for m in aot]},
+            "jit": {"archs": list(opts.jit_archs), "modules": [m.name for m in aot]},
             "files": files,
         }
         src_of = {e["path"]: src for e, src in entries}

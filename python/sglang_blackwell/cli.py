@@ -102,17 +102,17 @@ def cmd_install(a: argparse.Namespace) -> int:
 
 
 def cmd_bundle(a: argparse.Namespace) -> int:
+    from .aot import parse_archs, parse_modules
     from .bases import get_base
     from .bundle import BundleOptions, make_bundle
-    from .flashinfer_aot import parse_archs, parse_modules
     from .strip import parse_strip
 
-    archs = parse_archs(a.jit_archs)
+    archs = parse_archs(a.jit_archs, "--jit-archs") if a.jit_archs else ()
     opts = BundleOptions(
         python=a.python or f"{sys.version_info[0]}.{sys.version_info[1]}", strip=parse_strip(a.strip),
         installed=Path(a.installed) if a.installed else None, deps=Path(a.deps) if a.deps else None,
         exclude=frozenset(_names(a.exclude)), jit_archs=archs,
-        jit_modules=parse_modules(a.jit_modules) if archs else [],
+        jit_modules=parse_modules(a.jit_modules, "--jit-modules") if archs and a.jit_modules else (),
         jit_python=a.jit_python, jit_cache=Path(a.jit_cache).expanduser() if a.jit_cache else None,
         chunk_mib=a.chunk_mib, kernel_wheel=Path(a.kernel_wheel) if a.kernel_wheel else None,
         no_kernel=a.no_kernel, index_url=a.index_url, find_links=tuple(a.find_links or ()))
@@ -321,6 +321,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return run(args, table=a.table, profile=a.profile, dry_run=a.dry_run)
 
 
+def cmd_qualify(a: argparse.Namespace) -> int:
+    from .qualify import run
+
+    return run(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
@@ -396,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jit-modules", help="which (default: trtllm_comm,norm)")
     p.add_argument("--jit-python", help="interpreter of a venv with the target's torch + FlashInfer's deps to "
                    "build them with")
-    p.add_argument("--jit-cache", help="import prebuilt modules from DIR/<name>/<name>.so (provenance unchecked)")
+    p.add_argument("--jit-cache", help="import prebuilt modules from DIR/<name>/<name>.so (SASS checked, sources "
+                   "unchecked: marked imported)")
     p.add_argument("--chunk-mib", type=float, help="split into chunk directories c1, c2, ... of at most N MiB")
     p.add_argument("--kernel-wheel", help="use this kernel wheel file instead of fetching the base's pin")
     p.add_argument("--no-kernel", action="store_true", help="carry no kernel wheel")
@@ -487,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the patch table of every base (carried patch or 'absorbed since'), as markdown")
     p.add_argument("--update", metavar="FILE", help="rewrite the patch-table block in FILE (README.md)")
     p.set_defaults(fn=cmd_report)
+
+    from .qualify import add_arguments as add_qualify_arguments
+
+    p = sub.add_parser("qualify", help="doctor, GPU tests, bench allreduce (+ bench eagle3): one receipt to send")
+    add_qualify_arguments(p)
+    p.set_defaults(fn=cmd_qualify)
 
     from .bench import add_parsers as add_bench_parsers
 

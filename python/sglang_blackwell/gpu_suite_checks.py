@@ -43,10 +43,10 @@ WORKSPACE_LINE = re.compile(
     r"FlashInfer AllReduce Fusion enabled and workspace initialized: backend=(?P<backend>\S+), "
     r"rank=(?P<rank>\d+), world_size=(?P<world_size>\d+), max_token_num=(?P<max_token_num>\d+), "
     r"hidden_dim=(?P<hidden_dim>\d+)")
-# our P6 patch (rank 0, once): "TorchSymmMemCommunicator: no multicast; using one-shot up to %d bytes and
-# two-shot up to %d bytes (world size %d)."
-SYMM_MEM_LINE = re.compile(r"TorchSymmMemCommunicator: no multicast; using one-shot up to (?P<oneshot>\d+) "
-                           r"bytes and two-shot up to (?P<max>\d+) bytes \(world size (?P<world>\d+)\)")
+# our P6/P7 patches (rank 0, once): "TorchSymmMemCommunicator: %s; one-shot all-reduce up to %d bytes, two-shot
+# below %d bytes (world size %d); NCCL above." with %s = "no multicast" (P6 alone logged an older wording)
+SYMM_MEM_LINE = re.compile(r"TorchSymmMemCommunicator: no multicast; one-shot all-reduce up to (?P<oneshot>\d+) "
+                           r"bytes, two-shot below (?P<max>\d+) bytes \(world size (?P<world>\d+)\)")
 
 
 def lab_prompts(n: int = 8, seed: int = 20261130, min_len: int = 8, max_len: int = 40) -> list[list[int]]:

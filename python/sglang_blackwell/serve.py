@@ -64,8 +64,7 @@ def tp_size(args: list[str]) -> int:
 
 def _table_topology(topology: Any) -> dict[str, Any]:
     g = topology.gpus[0]
-    return {"gpu_name": g.name, "capability": g.capability,
-            "link": "nvlink" if topology.all_nvlink else ("pcie" if topology.pcie_only else "unknown")}
+    return {"gpu_name": g.name, "capability": g.capability, "link": topology.link_kind}
 
 
 def plan(sglang_args: list[str], *, topology: Any, table_path: Path | None, profile: str | None,

@@ -150,6 +150,11 @@ class Topology:
         return self.gpu_count > 1 and not self.has_nvlink
 
     @property
+    def link_kind(self) -> str:
+        """The all-reduce dispatch table's link field: nvlink (every pair), pcie (no NVLink at all), else unknown."""
+        return "nvlink" if self.all_nvlink else ("pcie" if self.pcie_only else "unknown")
+
+    @property
     def is_simulated(self) -> bool:
         return self.source != "nvml" and self.source != "none"
 

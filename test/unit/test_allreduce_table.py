@@ -218,6 +218,31 @@ def test_default_table_path(monkeypatch, tmp_path):
     assert tbl.default_table_path() == tmp_path / "sglang-blackwell" / "allreduce_table.json"
 
 
+def test_topology_key_of_a_detected_topology_names_its_link_kind():
+    # the lab's first tune (2026-11-30) keyed its table by the repr of the bound method Topology.link, so
+    # `serve` found no entry for 'NVIDIA H200|sm90|tp2|nvlink': the key must come from the link kind
+    from sglang_blackwell.allreduce_table import topology_key
+    from sglang_blackwell.topology import Topology
+
+    nv = Topology.simulated(2, "9.0", kind="NV18", atomics=True)
+    assert topology_key(nv, 2).key() == f"{nv.gpus[0].name}|sm90|tp2|nvlink"
+    pcie = Topology.simulated(8, "12.0", kind="SYS", atomics=False, multicast=False)
+    assert topology_key(pcie, 8).key().endswith("|sm120|tp8|pcie")
+    assert topology_key({"gpu_name": "X", "capability": "12.0", "link": "pcie"}, 4).key() == "X|sm120|tp4|pcie"
+
+
+def test_bench_topology_probe_takes_the_link_kind_from_the_shared_detection(tmp_path, monkeypatch):
+    import json
+
+    from sglang_blackwell.bench import ar_topology
+    from sglang_blackwell.topology import TOPOLOGY_ENV, Topology
+
+    f = tmp_path / "box.json"
+    f.write_text(json.dumps(Topology.simulated(2, "9.0", kind="NV18", atomics=True).to_dict()))
+    monkeypatch.setenv(TOPOLOGY_ENV, str(f))
+    assert ar_topology._shared_link()[0] == "nvlink"
+
+
 # ------------------------------------------------------------------------------------ PCIe-IPC (0.5.23)
 
 RTX8 = {"gpu_name": "NVIDIA RTX PRO 6000 Blackwell", "capability": "12.0", "link": "pcie"}
@@ -226,6 +251,7 @@ RTX8 = {"gpu_name": "NVIDIA RTX PRO 6000 Blackwell", "capability": "12.0", "link
 def pcie_knobs(results):
     entry = tbl.build_entry(results, tbl.topology_key(RTX8, 8))
     return tbl.knobs_from_table(tbl.merge_entry(tbl.new_table(), entry), RTX8, 8)
+
 
 def test_knobs_select_pcie_ipc_on_the_lines_that_have_it():
     """8 GPUs on PCIe (NCCL slow at small sizes, the shape the upstream module documents): PCIe-IPC wins up

@@ -160,3 +160,16 @@ def test_attach_argument_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "--attach: 1 URL(s) for 2 arm(s)" in capsys.readouterr().err
     assert bench("--config", str(cfg), "--attach", "eagle=http://x", "baseline=http://y") == 2
     assert "arm 'eagle' is not among the selected arms" in capsys.readouterr().err
+
+
+def test_from_runs_discards_per_stream_profiles() -> None:
+    # the lab's 2026-11-30 runs recorded verify as 0.14 ms with fusion off: one span per CUDA stream (NCCL's
+    # stream included) counted as a step; such stage times must not reach a receipt
+    from sglang_blackwell.bench.eagle3 import PER_STREAM_PROFILE_SOURCE, _valid_profile
+
+    old = {"source": PER_STREAM_PROFILE_SOURCE, "stages": {"verify": {"median_ms": 0.1444, "n": 462}}}
+    fixed = _valid_profile(old)
+    assert fixed["stages"] == {} and fixed["discarded_stages"] == old["stages"]
+    assert "per CUDA stream" in fixed["discarded"]
+    new = {"source": "GPU (gpu_user_annotation, window over streams)", "stages": {"verify": {"median_ms": 2.8}}}
+    assert _valid_profile(new) == new and _valid_profile(None) is None

@@ -154,3 +154,19 @@ def test_ctrl_c_to_the_harness_kills_the_server(tmp_path: Path) -> None:
     assert "interrupted" in out and "needed SIGKILL" in out
     receipt = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     assert receipt["complete"] is False and receipt["summary"]["passed"] is False
+
+
+def test_free_port_leaves_room_for_sglangs_derived_ports():
+    # the lab's first GPU-suite run (2026-11-30) drew 60719 from the ephemeral range: sglang 0.5.14 refused to
+    # start ("SGLANG_GRPC_PORT (70719) must be between 1 and 65535")
+    import random
+    import socket
+
+    from sglang_blackwell.bench.server import PORT_COMPANION_OFFSET, PORT_RANGE, free_port
+
+    rng = random.Random(0)
+    for _ in range(50):
+        p = free_port(rng=rng)
+        assert PORT_RANGE[0] <= p < PORT_RANGE[1] and p + PORT_COMPANION_OFFSET <= 65535
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # it really is free

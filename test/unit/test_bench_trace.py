@@ -44,3 +44,15 @@ def test_stage_times_from_a_real_profiler_trace(tmp_path: Path, suffix: str) -> 
 def test_no_spans(tmp_path: Path) -> None:
     assert stage_times([{"ph": "X", "cat": "kernel", "name": "gemm", "dur": 5}]) == {
         "source": "no SGLang step spans in the trace", "stages": {}}
+
+
+def test_stage_times_of_a_lab_trace_count_each_verify_step_once() -> None:
+    # a real trace from the lab (2x H200, sglang 0.5.14, EAGLE-3, fusion off; gpu suite arm B, 2026-11-30): the
+    # profiler wrote one gpu_user_annotation per stream for every verify step (compute + NCCL), 84 for 4 steps,
+    # and a median over them reported 0.13 ms instead of the ~2.8 ms the step took on the GPU
+    data = Path(__file__).resolve().parents[1] / "data" / "lab-h200x2-eagle3-fusion-off-TP-0.trace.json.gz"
+    res = stage_times(load_trace(data))
+    assert res["source"].startswith("GPU (gpu_user_annotation")
+    verify = res["stages"]["verify"]
+    assert verify["n"] == 4
+    assert 2.5 < verify["min_ms"] <= verify["median_ms"] < 3.2

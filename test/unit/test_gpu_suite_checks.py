@@ -149,9 +149,9 @@ def test_check_workspace_bytes():
 
 
 def test_symm_mem_line_matches_the_patch_message():
-    # the P6 patch's format string with its arguments filled in, as rank 0 logs it
-    fmt = ("TorchSymmMemCommunicator: no multicast; using one-shot up to %d bytes and two-shot up to %d bytes "
-           "(world size %d).")
-    msg = fmt % (262144, 67108864, 2)  # noqa: UP031
+    # the P7 patch's format string with its arguments filled in, as rank 0 logs it (the lab's line, 2026-11-30)
+    fmt = ("TorchSymmMemCommunicator: %s; one-shot all-reduce up to %d bytes, "
+           "two-shot below %d bytes (world size %d); NCCL above.")
+    msg = fmt % ("no multicast", 262144, 67108864, 2)  # noqa: UP031
     m = c.SYMM_MEM_LINE.search(msg)
     assert m and (m["oneshot"], m["max"], m["world"]) == ("262144", "67108864", "2")

@@ -139,8 +139,9 @@ def test_symm_mem_log_line_is_p6s(trees):
             if isinstance(c, ast.Call) and getattr(c.func, "attr", "") == "info" and c.args:
                 fmt = c.args[0]
                 text = fmt.value if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str) else None
-                if text and "no multicast" in text:
-                    out.append(text % tuple(7 for _ in c.args[1:]))
+                if text and text.startswith("TorchSymmMemCommunicator: ") and "one-shot" in text:
+                    specs = re.findall(r"%([sd])", text)
+                    out.append(text % tuple("no multicast" if k == "s" else 7 for k in specs))
         return out
 
     patched = rendered(trees["sglang_patched"])

@@ -113,7 +113,7 @@ def _shared_link() -> tuple[str | None, str]:
         topo = importlib.import_module("sglang_blackwell.topology").detect()
     except Exception as e:
         return None, f"sglang_blackwell.topology unavailable ({type(e).__name__})"
-    link = topo.get("link") if isinstance(topo, dict) else getattr(topo, "link", None)
+    link = topo.get("link") if isinstance(topo, dict) else getattr(topo, "link_kind", None)
     return (str(link) if link else None), "sglang_blackwell.topology.detect()"
 
 

@@ -229,6 +229,19 @@ def _append_run(path: Path, cfg: BenchConfig, rec: dict[str, Any]) -> None:
         f.write(json.dumps(line, default=str) + "\n")
 
 
+# runs recorded before the profiler's per-stream GPU annotations were merged into one window per step (their
+# source says exactly this) counted every stream's span as a step: their stage times are not GPU step times
+PER_STREAM_PROFILE_SOURCE = "GPU (gpu_user_annotation)"
+
+
+def _valid_profile(profile: dict[str, Any] | None) -> dict[str, Any] | None:
+    if profile and profile.get("source") == PER_STREAM_PROFILE_SOURCE and profile.get("stages"):
+        return {**profile, "stages": {}, "discarded_stages": profile["stages"],
+                "discarded": "recorded per CUDA stream, not per step (bench/trace.py before 2026-11-30): "
+                             "not GPU step times"}
+    return profile
+
+
 def read_runs(cfg: BenchConfig, paths: list[Path]) -> list[dict[str, Any]]:
     runs = []
     for p in paths:
@@ -248,6 +261,7 @@ def read_runs(cfg: BenchConfig, paths: list[Path]) -> list[dict[str, Any]]:
                 raise UserError(f"{p}:{n}: measured with a different config than {cfg.path} "
                                 f"(config {obj.get('config')!r}, sha256 {theirs}... vs {cfg.sha256[:12]}...)")
             run = dict(obj["run"], source=f"{p.name}:{n}")
+            run["profile"] = _valid_profile(run.get("profile"))
             run["repeat"] = sum(1 for r in runs if r["arm"] == run["arm"]) + 1  # 1..N over all files
             runs.append(run)
     return runs

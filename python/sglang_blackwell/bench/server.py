@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -50,10 +51,29 @@ class Server:
     teardown: dict[str, Any] = field(default_factory=dict)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+# sglang derives more ports from --port (0.5.14: SGLANG_GRPC_PORT = port + 10000, which must stay <= 65535), so
+# the kernel's ephemeral ports (up to 60999) are no choice: pick one below PORT_RANGE[1] whose companion is free.
+PORT_RANGE = (20000, 45000)
+PORT_COMPANION_OFFSET = 10000
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
+    """A free port for a server (and its port + 10000), in PORT_RANGE."""
+    rng = rng or random.Random()
+    for _ in range(200):
+        port = rng.randrange(*PORT_RANGE)
+        if _bindable(host, port) and _bindable(host, port + PORT_COMPANION_OFFSET):
+            return port
+    raise ServerError(f"no free port pair (p, p + {PORT_COMPANION_OFFSET}) found in {PORT_RANGE} on {host}")
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 30.0,

@@ -34,18 +34,30 @@ def load_trace(path: Path) -> list[dict[str, Any]]:
 
 
 def stage_times(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """{"source": ..., "stages": {stage: {"median_ms", "min_ms", "n"}}} over complete ("X") span events."""
-    by_cat: dict[str, dict[str, list[float]]] = {"gpu_user_annotation": {}, "user_annotation": {}}
-    for e in events:
+    """{"source": ..., "stages": {stage: {"median_ms", "min_ms", "n"}}} over complete ("X") span events.
+
+    The profiler writes one "gpu_user_annotation" per CUDA stream that ran work of a CPU range (same
+    "External id"): with fusion off, the NCCL stream gets its own short one per verify step. A step's GPU time
+    is the window over all of its streams (first start to last end), one value per CPU range.
+    """
+    windows: dict[str, dict[tuple, list[float]]] = {"gpu_user_annotation": {}, "user_annotation": {}}
+    for i, e in enumerate(events):
         cat, name = e.get("cat"), e.get("name")
-        if e.get("ph") != "X" or cat not in by_cat or not isinstance(name, str) or "dur" not in e:
+        if e.get("ph") != "X" or cat not in windows or not isinstance(name, str) or "dur" not in e:
             continue
         for stage, match in STAGES.items():
             if match(name):
-                by_cat[cat].setdefault(stage, []).append(float(e["dur"]) / 1e3)  # us -> ms
-    cat = "gpu_user_annotation" if by_cat["gpu_user_annotation"] else "user_annotation"
+                ext = (e.get("args") or {}).get("External id")
+                key = (stage, name, ext if ext is not None else f"event{i}")
+                t0, t1 = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+                w = windows[cat].setdefault(key, [t0, t1])
+                w[0], w[1] = min(w[0], t0), max(w[1], t1)
+    cat = "gpu_user_annotation" if windows["gpu_user_annotation"] else "user_annotation"
+    by_stage: dict[str, list[float]] = {}
+    for (stage, _, _), (t0, t1) in windows[cat].items():
+        by_stage.setdefault(stage, []).append((t1 - t0) / 1e3)  # us -> ms
     stages = {s: {"median_ms": round(statistics.median(v), 4), "min_ms": round(min(v), 4), "n": len(v)}
-              for s, v in by_cat[cat].items()}
+              for s, v in by_stage.items()}
     gpu = cat == "gpu_user_annotation"
-    source = "GPU (gpu_user_annotation)" if gpu else "CPU-side spans only (no GPU events)"
+    source = "GPU (gpu_user_annotation, window over streams)" if gpu else "CPU-side spans only (no GPU events)"
     return {"source": source if stages else "no SGLang step spans in the trace", "stages": stages}

@@ -31,7 +31,8 @@ NORM_CU = (b'#include <cuda.h>\n'
            b'extern "C" int driver_version() { int v = 0; cuDriverGetVersion(&v); return v; }\n')
 
 # FlashInfer's JitSpec in miniature: build() compiles csrc/norm.cu of *this* package with nvcc for
-# FLASHINFER_CUDA_ARCH_LIST and links -lcuda through FLASHINFER_EXTRA_LDFLAGS, as flashinfer.jit does.
+# FLASHINFER_CUDA_ARCH_LIST and links -lcuda from the toolkit's stubs or FLASHINFER_EXTRA_LDFLAGS, as flashinfer.jit
+# does; the result is at jit_library_path.
 NORM_PY = b'''import os, pathlib, subprocess
 
 class Spec:
@@ -45,14 +46,17 @@ class Spec:
         src = pathlib.Path(__file__).resolve().parents[1] / "data" / "csrc" / "norm.cu"
         archs = [a.replace(".", "") for a in os.environ["FLASHINFER_CUDA_ARCH_LIST"].split()]
         gencode = ["-gencode=arch=compute_%s,code=sm_%s" % (a, a) for a in archs]
-        nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        home = os.environ["CUDA_HOME"]
+        nvcc = os.path.join(home, "bin", "nvcc")
         log = pathlib.Path(os.environ["STANDIN_BUILD_LOG"])
         log.write_text(log.read_text() + "norm\\n" if log.exists() else "norm\\n")
         subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", *gencode,
+                        "-L" + os.path.join(home, "lib64", "stubs"),
                         *os.environ.get("FLASHINFER_EXTRA_LDFLAGS", "").split(), "-lcuda",
                         "-o", str(self.dir / "norm.so"), str(src)], check=True)
 
-    def get_library_path(self):
+    @property
+    def jit_library_path(self):
         return self.dir / "norm.so"
 
 
