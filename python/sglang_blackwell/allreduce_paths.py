@@ -46,6 +46,7 @@ class Facts:
     custom_ar_max: int = DEFAULT_CUSTOM_AR_MAX
     symm_mem_max: dict[int, dict[int, int]] = field(default_factory=dict)  # {major: {world: bytes}}
     has_pcie_ipc: bool = False  # sglang ships device_communicators/pcie_ipc_ar.py
+    flashinfer_pcie_ipc: bool | None = None  # flashinfer ships PcieIpcAllReduceWorkspace (None: not looked)
     fusion_max_tokens: int | None = 2048
     fusion_flag: str = "--flashinfer-allreduce-fusion-backend trtllm"
     env: dict[str, str] = field(default_factory=dict)
@@ -104,10 +105,13 @@ def pcie_ipc(f: Facts) -> Backend:
     fi = _ver(f.flashinfer)
     if not f.has_pcie_ipc:
         return _set(b, False, "this sglang has no pcie_ipc_ar backend (upstream 0.5.23+)")
-    if fi is None or fi < Version("0.7.0"):
-        return _set(b, False, f"needs flashinfer >= 0.7.0 (installed: {f.flashinfer or 'none'})")
+    if f.flashinfer_pcie_ipc is False or (f.flashinfer_pcie_ipc is None and (fi is None or fi < Version("0.7.0"))):
+        return _set(b, False, f"needs flashinfer >= 0.7.0 with PcieIpcAllReduceWorkspace (installed: "
+                              f"{f.flashinfer or 'none'})")
     if f.tp not in (2, 4, 8):
         return _set(b, False, f"world size {f.tp} (needs 2, 4 or 8)")
+    if f.all_p2p is False:
+        return _set(b, False, "needs P2P access between the GPUs (CUDA IPC peer loads/stores)")
     if f.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "").lower() not in TRUTHY:
         return _set(b, True, "off: SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is not set")
     b.mode = "default"
@@ -255,6 +259,18 @@ def package_dir(name: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def flashinfer_facts(root: Path | None = None) -> dict[str, Any]:
+    """What the installed flashinfer's own files say: does it have the PCIe-IPC all-reduce (>= 0.7.0)?"""
+    root = root or package_dir("flashinfer")
+    if root is None:
+        return {}
+    try:
+        src = (root / "comm" / "pcie_ipc_ar.py").read_text()
+    except OSError:
+        return {"flashinfer_pcie_ipc": False}
+    return {"flashinfer_pcie_ipc": "class PcieIpcAllReduceWorkspace" in src}
 
 
 def sglang_facts(root: Path | None = None) -> dict[str, Any]:

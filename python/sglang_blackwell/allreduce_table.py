@@ -39,7 +39,7 @@ PREFERENCE = (
     "nccl", "nccl_norm",
     "symm_twoshot", "symm_oneshot", "symm_twoshot_norm", "symm_oneshot_norm",
     "fi_fused_oneshot", "fi_fused_twoshot", "fi_ar_oneshot", "fi_ar_twoshot",
-    "fi_pcie_ipc", "symm_multimem",
+    "fi_pcie_ipc", "fi_pcie_ipc_norm", "symm_multimem",
 )
 
 # FlashInfer's own one-shot/two-shot pick when sglang passes use_oneshot=None: one-shot while
@@ -50,6 +50,11 @@ FI_ONESHOT_MAX_MIB = {2: 512, 4: 64, 8: 42}
 ENV_SYMM_MAX = "SGLANG_TORCH_SYMM_MEM_MAX_SIZE"
 ENV_SYMM_ONESHOT_MAX = "SGLANG_TORCH_SYMM_MEM_ONESHOT_MAX_SIZE"
 ENV_FUSION_MAX_TOKENS = "SGLANG_FLASHINFER_ALLREDUCE_FUSION_MAX_TOKENS"
+# sglang >= 0.5.23 (upstream opt-in, flashinfer >= 0.7.0): the FlashInfer PCIe-IPC all-reduce, taken before
+# symm-mem and NCCL for messages of up to MAX_NUMEL elements
+ENV_PCIE_IPC = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+ENV_PCIE_IPC_MAX_NUMEL = "SGLANG_PCIE_IPC_MAX_NUMEL"
+PCIE_IPC_LINES = ("0.5.23",)
 
 # Server flags per sglang line (base name in patches/). 0.5.9 has no flag that turns fusion off: "off" there
 # is the flag left out (on SM90/SM100 0.5.9 auto-enables it for DeepSeek-V3-class models; the P7 env
@@ -358,7 +363,8 @@ def knobs_from_table(table: Mapping[str, Any], topology: Any, tp: int, *,
     entry = table.get("entries", {}).get(key.key())
     if entry is None:
         known = ", ".join(sorted(table.get("entries", {}))) or "none"
-        return {"key": key.key(), "matched": False, "env": {}, "server_args": {ln: [] for ln in FUSION_FLAGS},
+        return {"key": key.key(), "matched": False, "env": {}, "env_by_line": {},
+                "server_args": {ln: [] for ln in FUSION_FLAGS},
                 "nccl_profile": None, "decisions": {},
                 "why": [f"no table entry for {key.key()!r} (entries: {known}): upstream defaults apply"]}
     tie = entry.get("tie_rel", DEFAULT_TIE_REL) if tie_rel is None else tie_rel
@@ -403,38 +409,72 @@ def knobs_from_table(table: Mapping[str, Any], topology: Any, tp: int, *,
         why.append("torch symm-mem off: " + ("not measured correct here (see excluded backends)" if nccl
                                              else "no NCCL measurement to compare with"))
 
-    # 3. fusion vs the unfused runtime path
-    def unfused(t: int) -> float | None:
+    # 3. (sglang >= 0.5.23) the PCIe-IPC all-reduce vs what plain all-reduces take otherwise
+    ipc = ar.get("fi_pcie_ipc", {})
+    plain = {t: v for t in tokens if (v := symm.get(t) if t <= t_symm else nccl.get(t)) is not None}
+    t_ipc = prefix_threshold(tokens, ipc, plain) if ipc and plain else 0
+    if t_ipc:
+        why.append(f"PCIe-IPC all-reduce (sglang {', '.join(PCIE_IPC_LINES)}) for T <= {t_ipc}: at T={t_ipc} "
+                   f"{ipc[t_ipc]:.2f} us vs {plain[t_ipc]:.2f} us; symm-mem / NCCL above")
+    elif ipc:
+        why.append("PCIe-IPC all-reduce off: it does not beat symm-mem / NCCL from the smallest size up")
+    else:
+        why.append("PCIe-IPC all-reduce: not measured correct here (needs flashinfer >= 0.7.0, TP 2/4/8)")
+
+    # 4. fusion vs the unfused runtime path (per line: on PCIe-IPC lines its unfused path differs)
+    def unfused(t: int, with_ipc: bool) -> float | None:
+        if with_ipc and t <= t_ipc:
+            return fused_op.get("fi_pcie_ipc_norm", {}).get(t)
         if t <= t_symm:
             v = fused_op.get("symm_oneshot_norm" if t <= t_one else "symm_twoshot_norm", {}).get(t)
             if v is not None:
                 return v
         return nccl_norm.get(t)
 
-    base = {t: v for t in tokens if (v := unfused(t)) is not None}
     fused = {t: fused_op[n][t] for t in tokens
              if (n := _fi_runtime_variant(t, hidden, elem, ws)) in fused_op and t in fused_op[n]}
-    t_fuse = prefix_threshold(tokens, fused, base) if base else 0
+
+    def fusion_threshold(with_ipc: bool) -> int:
+        base = {t: v for t in tokens if (v := unfused(t, with_ipc)) is not None}
+        return prefix_threshold(tokens, fused, base) if base else 0
+
+    t_fuse = fusion_threshold(False)
     if t_fuse:
+        base_at = unfused(t_fuse, False)
         why.append(f"FlashInfer AR+residual+RMSNorm fusion for T <= {t_fuse}: at T={t_fuse} "
-                   f"{fused[t_fuse]:.2f} us vs unfused {base[t_fuse]:.2f} us")
+                   f"{fused[t_fuse]:.2f} us vs unfused {base_at:.2f} us")
     else:
         why.append("FlashInfer fusion off: " + ("it does not beat the unfused path from the smallest size up"
                                                  if fused else "no fused backend measured correct"))
+    t_fuse_ipc = t_fuse
+    if t_ipc:
+        t_fuse_ipc = fusion_threshold(True)
+        if t_fuse_ipc != t_fuse:
+            why.append(f"with PCIe-IPC the unfused path is PCIe-IPC + add+RMSNorm: fusion for T <= {t_fuse_ipc} "
+                       f"on {', '.join(PCIE_IPC_LINES)}")
 
     env = {
         ENV_FUSION_MAX_TOKENS: str(t_fuse),
         ENV_SYMM_MAX: str((t_symm + 1) * hidden * elem if t_symm else 0),
         ENV_SYMM_ONESHOT_MAX: str((min(t_one, t_symm) + 1) * hidden * elem if t_symm and t_one else 0),
     }
+    env_by_line: dict[str, dict[str, str]] = {}
     server_args = {}
     for line, f in FUSION_FLAGS.items():
-        server_args[line] = list(f[bool(t_fuse)]) + ([SYMM_MEM_FLAG] if t_symm else [])
+        fuse = t_fuse
+        if t_ipc and line in PCIE_IPC_LINES:
+            fuse = t_fuse_ipc
+            env_by_line[line] = {ENV_PCIE_IPC: "1", ENV_PCIE_IPC_MAX_NUMEL: str(t_ipc * hidden)}
+            if t_fuse_ipc != t_fuse:
+                env_by_line[line][ENV_FUSION_MAX_TOKENS] = str(t_fuse_ipc)
+        server_args[line] = list(f[bool(fuse)]) + ([SYMM_MEM_FLAG] if t_symm else [])
     if not t_fuse:
         why.append("0.5.9 has no fusion-off flag; the env knob set to 0 turns it off on a P7-patched server")
     return {
-        "key": key.key(), "matched": True, "env": env, "server_args": server_args, "nccl_profile": profile,
+        "key": key.key(), "matched": True, "env": env, "env_by_line": env_by_line, "server_args": server_args,
+        "nccl_profile": profile,
         "decisions": {"fusion_max_tokens": t_fuse, "symm_mem_max_tokens": t_symm,
-                      "symm_mem_oneshot_max_tokens": min(t_one, t_symm), "hidden": hidden, "elem_size": elem},
+                      "symm_mem_oneshot_max_tokens": min(t_one, t_symm), "pcie_ipc_max_tokens": t_ipc,
+                      "fusion_max_tokens_with_pcie_ipc": t_fuse_ipc, "hidden": hidden, "elem_size": elem},
         "why": why,
     }

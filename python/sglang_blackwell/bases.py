@@ -28,6 +28,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# base.toml `absorbed` values start with the upstream release that has the change: "<package> <version>[+]"
+ABSORBED_SINCE_RE = re.compile(r"^(\S+) v?(\d+(?:\.\d+)+(?:\.post\d+)?)\+?(?=\s|$|[;:,])")
 LOCAL_LABEL_RE = re.compile(r"^sm120\.[0-9]+$")
 
 
@@ -125,6 +127,12 @@ class Base:
     def local_version(self, pkg: PatchedPackage) -> str:
         return f"{pkg.version}+{self.local_label}"
 
+    def absorbed_since(self, logical_id: str) -> tuple[str, str]:
+        """(distribution, version) of the first upstream release that has the change `logical_id`."""
+        m = ABSORBED_SINCE_RE.match(self.absorbed[logical_id])
+        assert m is not None  # load_base validated it
+        return self.package(m[1]).distribution, m[2]
+
 
 def _err(path: Path, msg: str) -> UserError:
     return UserError(f"{path}: {msg}")
@@ -206,9 +214,15 @@ def load_base(base_dir: Path) -> Base:
         runtime.append(RuntimeArtifact(r["name"], r["version"], r["index_url"], r["requirement"], files,
                                        r.get("source", "")))
     absorbed = dict(b.get("absorbed", {}))
-    for lid in absorbed:
+    names = {p.package for p in patched} | {canonicalize_name(p.distribution) for p in patched}
+    for lid, since in absorbed.items():
         if not re.fullmatch(r"P\d+", lid):
             raise _err(path, f"[base] absorbed: {lid!r} is not a Logical-Id like P3")
+        m = ABSORBED_SINCE_RE.match(since) if isinstance(since, str) else None
+        if m is None or (m[1] not in names and canonicalize_name(m[1]) not in names):
+            raise _err(path, f"[base] absorbed.{lid} = {since!r}: must start with the upstream release that "
+                             f"has the change, '<package> <version>' (package one of {sorted(names)}), e.g. "
+                             "'sglang 0.5.14 (PR #28343)'")
     return Base(name=b["name"], default=bool(b.get("default", False)), role=b["role"],
                 local_label=b["local_label"], cuda=b["cuda"], patched=tuple(patched), runtime=tuple(runtime),
                 dir=base_dir, notes=b.get("notes", ""), absorbed=absorbed)

@@ -7,10 +7,9 @@ package it reports the upstream version and local label moves, and each patch as
   changed    same id, different +/- lines (the change itself moved)
   refreshed  same id, same +/- lines, other context or line numbers (rebased onto new upstream code)
   status     same change, new Upstream-Status (e.g. Pending -> Submitted [url])
-  absorbed   dropped because upstream has it: the new base.toml says so (`[base] absorbed = { P1 = "<where>" }`,
-             as `check` reads it) or its series file does in a comment `# absorbed: P1 <where upstream has it>`,
-             or (inferred) the patch was a Backport/Accepted one and the
-             upstream version moved
+  absorbed   dropped because upstream has it: the new base.toml's `absorbed` or its series file says so (a
+             comment `# absorbed: P1 <where upstream has it>`), or (inferred) the patch was a Backport/Accepted
+             one and the upstream version moved
   dropped    gone for another reason
 """
 
@@ -113,6 +112,9 @@ def snapshot(src: Source, base: str) -> BaseSnapshot | None:
                     f.write_bytes(body)
                     patch = parse_patch(f)
                     patches[patch.logical_id or name] = patch
+            for lid, since in (data["base"].get("absorbed") or {}).items():  # base.toml says since when
+                if str(since).split(" ", 1)[0] in (pkg, p.get("distribution")):
+                    absorbed.setdefault(lid, str(since))
             packages[pkg] = PackageSeries(p["version"], patches, absorbed)
     return BaseSnapshot(base, data["base"]["local_label"], packages)
 

@@ -38,6 +38,10 @@ def cmd_check(a: argparse.Namespace) -> int:
     from .bases import get_base, list_bases
     from .check import check_base
 
+    if a.upstream:
+        return _check_upstream(a)
+    if a.json:
+        raise UserError("--json goes with --upstream (the drift report)")
     bases = list_bases() if a.all else [get_base(a.base)]
     bad = 0
     for b in bases:
@@ -49,6 +53,21 @@ def cmd_check(a: argparse.Namespace) -> int:
         bad += len(res.problems)
         print(f"base {b.name}: {'OK' if res.ok else f'{len(res.problems)} problem(s)'}")
     return 1 if bad else 0
+
+
+def _check_upstream(a: argparse.Namespace) -> int:
+    """The drift report: exit 0 when every patch applies to the newest releases, 1 when any does not."""
+    import json
+
+    from .bases import get_base, list_bases
+    from .drift import drift_report, format_report, newest_base
+
+    if a.all:
+        raise UserError("--upstream tries one base's series (the newest by default, or --base): drop --all")
+    base = get_base(a.base) if a.base else newest_base(list_bases())
+    report = drift_report(base, a.upstream, progress=_progress)
+    print(json.dumps(report, indent=1) if a.json else format_report(report))
+    return 1 if report["drift"] else 0
 
 
 def cmd_checkout(a: argparse.Namespace) -> int:
@@ -140,9 +159,19 @@ def cmd_index(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from .bases import get_base
+    from .bases import get_base, list_bases
     from .report import patch_report
 
+    if a.table or a.update:
+        from .patch_table import markdown_table, update_block
+
+        table = markdown_table(list_bases())
+        if a.update:
+            changed = update_block(Path(a.update), table)
+            print(f"{a.update}: patch table {'updated' if changed else 'already current'}")
+        else:
+            print(table)
+        return 0
     print(patch_report(get_base(a.base)))
     return 0
 
@@ -318,10 +347,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "specs (default: this one)")
     p.set_defaults(fn=cmd_build)
 
-    p = sub.add_parser("check", help="series apply with zero fuzz, headers valid, series and files agree")
+    p = sub.add_parser("check", help="series apply with zero fuzz, headers valid, series and files agree; "
+                       "--upstream: drift report against upstream's newest releases",
+                       description="Without --upstream: every series applies to its pinned upstream with zero "
+                       "fuzz, headers are valid, labels are locked (exit 1 on any problem). With --upstream "
+                       "latest: asks PyPI for the newest sglang / flashinfer-python releases and tries the newest "
+                       "base's series on them; per patch: applies, needs refresh, conflicts (file + hunk), already "
+                       "upstream, partly upstream (exit 1 on drift, 2 when PyPI cannot be reached).")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--base")
     g.add_argument("--all", action="store_true", help="every base")
+    p.add_argument("--upstream", metavar="SPEC",
+                   help="'latest', or NAME==VERSION[,NAME==VERSION] (e.g. sglang==0.5.24): the releases to try "
+                        "the series on (default base: the newest)")
+    p.add_argument("--json", action="store_true", help="with --upstream: print the report as JSON")
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("checkout", help="upstream tree as a git repo with one commit per patch")
@@ -449,8 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write to this file instead of stdout")
     p.set_defaults(fn=cmd_changelog)
 
-    p = sub.add_parser("report", help="print the patch report of a base")
+    p = sub.add_parser("report", help="print the patch report of a base, or the README's patch table")
     p.add_argument("--base")
+    p.add_argument("--table", action="store_true",
+                   help="the patch table of every base (carried patch or 'absorbed since'), as markdown")
+    p.add_argument("--update", metavar="FILE", help="rewrite the patch-table block in FILE (README.md)")
     p.set_defaults(fn=cmd_report)
 
     from .qualify import add_arguments as add_qualify_arguments

@@ -2,7 +2,7 @@
 
 The items, in this order, with stable ids (the JSON lists all of them on every machine, `n/a` where they
 cannot apply): gpus, driver, torch, nccl_version, fork_builds, flashinfer_trtllm_comm, kernel_sass, p2p,
-multicast, links, iommu, acs, nccl_env, allreduce_paths. Without an NVIDIA GPU it still runs, says so and
+multicast, links, iommu, acs, nccl_env, pcie_ipc, allreduce_paths. Without an NVIDIA GPU it still runs, says so and
 exits 0; the exit status is 1 only when an item fails. Software items look at the environment doctor runs
 in; `--python` picks the environment whose NCCL startup hook `nccl_env` inspects.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .allreduce_paths import Facts, plan, sglang_facts
+from .allreduce_paths import TRUTHY, Facts, flashinfer_facts, pcie_ipc, plan, sglang_facts
 from .errors import UserError
 from .fatbin import Arch
 from .hazards import acs_facts, iommu_facts, translated_gpus
@@ -40,6 +40,7 @@ TITLES = {
     "iommu": "IOMMU (platform hazard for PCIe P2P)",
     "acs": "ACS on the PCIe bridges above the GPUs (platform hazard for PCIe P2P)",
     "nccl_env": "NCCL environment in effect, and the managed block",
+    "pcie_ipc": "FlashInfer PCIe-IPC all-reduce (opt-in: sglang >= 0.5.23, flashinfer >= 0.7.0)",
     "allreduce_paths": "all-reduce path per message size (patched SGLang, no server flags)",
 }
 CHECK_IDS = tuple(TITLES)
@@ -400,7 +401,48 @@ def allreduce_facts(c: Context) -> Facts:
                  sglang_patches=tuple(p for p in (c.sglang or {}).get("patches", []) if p),
                  flashinfer=c.flashinfer["version"] if c.flashinfer else None,
                  trtllm_comm_accepts=c.trtllm.get(cap, {}).get("accepted") if cap else None,
-                 env={k: v for k, v in os.environ.items() if k.startswith("SGLANG_")}, **sglang_facts())
+                 env={k: v for k, v in os.environ.items() if k.startswith("SGLANG_")}, **sglang_facts(),
+                 **flashinfer_facts())
+
+
+PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+PCIE_IPC_BASE = "0.5.23"  # the first base line whose sglang and flashinfer have it
+
+
+def check_pcie_ipc(c: Context) -> Check:
+    """sglang 0.5.23's opt-in FlashInfer PCIe-IPC all-reduce (staged pushes, no remote atomics: made for
+    switch-free PCIe boxes): does this stack have it, would it run here, is it on?"""
+    f = allreduce_facts(c)
+    b = pcie_ipc(f)
+    on = f.env.get(PCIE_IPC_ENV, "").lower() in TRUTHY
+    sg = (f"sglang {f.sglang}: {'has' if f.has_pcie_ipc else 'no'} pcie_ipc_ar backend" if f.sglang
+          else "sglang: not installed")
+    fi = ("flashinfer: not installed" if not f.flashinfer else
+          f"flashinfer {f.flashinfer}: " + ("has" if f.flashinfer_pcie_ipc else "no" if f.flashinfer_pcie_ipc is False
+                                           else "may have") + " PcieIpcAllReduceWorkspace")
+    stack = f"{sg}; {fi}"
+    data = {"usable": b.usable, "why": b.why, "enabled": on, "sglang_has_backend": f.has_pcie_ipc,
+            "flashinfer_has_workspace": f.flashinfer_pcie_ipc, "tp": f.tp}
+    if c.no_gpu or f.tp < 2:
+        return item("pcie_ipc", "n/a", ("no GPU" if c.no_gpu else "TP=1: no all-reduce") + f"; {stack}",
+                    data=data)
+    if not b.usable:
+        why = b.why
+        fix = (f"sglang-blackwell install --base {PCIE_IPC_BASE} (sglang 0.5.23 + flashinfer 0.7.2)"
+               if not f.has_pcie_ipc or "flashinfer" in b.why else
+               "run sglang at TP 2, 4 or 8" if "world size" in b.why else
+               "enable P2P between the GPUs (see the p2p, iommu and acs items)")
+        if on:
+            return item("pcie_ipc", "warn", f"{PCIE_IPC_ENV} is set but it cannot run: {why} ({stack})", fix, data)
+        where = " (a PCIe-only box: the case it is made for)" if c.topo.pcie_only else ""
+        return item("pcie_ipc", "info", f"not available: {why}{where}; {stack}; to get it: {fix}", data=data)
+    if on:
+        return item("pcie_ipc", "ok", f"on ({PCIE_IPC_ENV}=1): decode-sized all-reduces at TP={f.tp} take it, "
+                                      f"larger ones stay on NCCL; {stack}", data=data)
+    hint = "made for PCIe-only boxes like this one" if c.topo.pcie_only else "made for PCIe-only boxes"
+    return item("pcie_ipc", "info", f"available, off: export {PCIE_IPC_ENV}=1 to opt in ({hint}; "
+                                    "`sglang-blackwell bench allreduce --tune` measures whether it beats NCCL "
+                                    f"here); {stack}", data=data)
 
 
 def check_allreduce(c: Context) -> Check:
@@ -424,7 +466,7 @@ def check_allreduce(c: Context) -> Check:
 CHECKS: tuple[Callable[[Context], Check], ...] = (
     check_gpus, check_driver, check_torch, check_nccl_version, check_fork_builds, check_trtllm,
     check_kernel_sass, check_p2p, check_multicast, check_links, check_iommu, check_acs, check_nccl_env,
-    check_allreduce)
+    check_pcie_ipc, check_allreduce)
 
 
 def run_doctor(*, python: str | None = None, tp: int | None = None, topology: Topology | None = None,

@@ -18,5 +18,9 @@ def patch_report(base: Base) -> str:
             lines.append(f"  {p.logical_id:<4} {p.name}")
             lines += textwrap.wrap(p.subject, 100, initial_indent="       ", subsequent_indent="       ")
             lines.append(f"       Upstream-Status: {p.upstream_status}")
+        for lid in sorted(base.absorbed):
+            dist, version = base.absorbed_since(lid)
+            if dist == pkg.distribution:
+                lines.append(f"  {lid:<4} absorbed: upstream has it since {dist} {version}")
         lines.append("")
     return "\n".join(lines)

@@ -89,7 +89,7 @@ def plan(sglang_args: list[str], *, topology: Any, table_path: Path | None, prof
         why.append(f"no all-reduce table at {table_path} (run `sglang-blackwell bench allreduce --tune`): "
                    "upstream dispatch defaults")
 
-    for k, v in knobs.get("env", {}).items():
+    for k, v in {**knobs.get("env", {}), **knobs.get("env_by_line", {}).get(line, {})}.items():
         if k in environ:
             why.append(f"{k}: keeping your {environ[k]} (table: {v})")
         else:

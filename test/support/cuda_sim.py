@@ -29,6 +29,10 @@ def simulate_cuda(capability: tuple[int, int] = (12, 0), device_count: int = 8, 
     STATE.update(p2p_atomics=p2p_atomics, device_count=device_count)
     if "pynvml" not in sys.modules or not getattr(sys.modules["pynvml"], "_simulated", False):
         _install_fake_nvml()
+    fake = sys.modules["pynvml"]
+    for name, mod in list(sys.modules.items()):  # sglang modules imported before the simulation began
+        if name.startswith("sglang.") and getattr(mod, "pynvml", None) not in (None, fake):
+            mod.pynvml = fake
     common = sys.modules.get("sglang.srt.utils.common")
     if common is not None:
         for fn in vars(common).values():

@@ -51,8 +51,9 @@ def install(fused_op=None):
     class Workspace:
         backend = "trtllm"
 
-        def __init__(self, max_token_num, hidden_dim):
+        def __init__(self, max_token_num, hidden_dim, use_fp32_lamport=False):
             self.max_token_num, self.hidden_dim = max_token_num, hidden_dim
+            self.metadata = {"use_fp32_lamport": use_fp32_lamport}  # read by sglang >= 0.5.23
 
         def is_buffer_size_sufficient(self, tp_size, num_tokens, hidden_dim, dtype, use_oneshot=None):
             return num_tokens <= self.max_token_num and hidden_dim <= self.hidden_dim
@@ -66,7 +67,7 @@ def install(fused_op=None):
         m.workspace_calls.append({"rank": rank, "world_size": world_size, "max_token_num": max_token_num,
                                   "hidden_dim": hidden_dim, "use_fp32_lamport": use_fp32_lamport,
                                   "backend": backend})
-        return Workspace(max_token_num, hidden_dim)
+        return Workspace(max_token_num, hidden_dim, use_fp32_lamport)
 
     def allreduce_fusion(input, workspace, pattern, launch_with_pdl=False, residual_out=None, norm_out=None,
                          residual_in=None, rms_gamma=None, rms_eps=1e-6, use_oneshot=None, fp32_acc=False,

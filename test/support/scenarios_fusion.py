@@ -31,6 +31,12 @@ def rmsnorm_fallback_cases(rank: int, world_size: int) -> dict:
             "post_residual_addition": rmsnorm_fallback(rank, world_size, post_residual=True)}
 
 
+def absorbed_fusion_cases(rank: int, world_size: int) -> dict:
+    """The scenarios of the fusion-path backports upstream absorbed (P4's fallback, P3's EAGLE-3 capture), in
+    one pair of ranks: where a base carries neither, one sglang import answers both."""
+    return {"fallback": rmsnorm_fallback_cases(rank, world_size), "eagle3": eagle3_capture_on_off(rank, world_size)}
+
+
 def rmsnorm_fallback(rank: int, world_size: int, hidden: int = 64, tokens: int = 3,
                      post_residual: bool = False) -> dict:
     """RMSNorm.forward_with_allreduce_fusion when the fused op declines: is the all-reduce still done?"""
@@ -75,8 +81,17 @@ def default_server_args(fusion: bool | None = None, **overrides):
     """A ServerArgs holding its declared defaults (no __post_init__: no model, no GPU probing).
 
     fusion=True/False sets the user's fusion opt-in the way this sglang version spells it:
-    --enable-flashinfer-allreduce-fusion (0.5.9) or --flashinfer-allreduce-fusion-backend trtllm (0.5.14+)."""
+    --enable-flashinfer-allreduce-fusion (0.5.9) or --flashinfer-allreduce-fusion-backend trtllm (0.5.14+).
+    sglang >= 0.5.23 resolves and publishes the record instead (support.sglang_compat), as this process's rank
+    of the TP group (torch.distributed's rank, 0 before init)."""
     import dataclasses
+
+    from support import sglang_compat
+
+    if sglang_compat.runtime_context():
+        if fusion is not None:
+            overrides["flashinfer_allreduce_fusion_backend"] = "trtllm" if fusion else None
+        return sglang_compat.publish_server_args(sglang_compat.current_rank(), **overrides)
 
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
@@ -102,6 +117,12 @@ def default_server_args(fusion: bool | None = None, **overrides):
 
 
 def fusion_enabled(args) -> bool:
+    from support import sglang_compat
+
+    if sglang_compat.runtime_context():
+        from sglang.srt.runtime_context import get_exec
+
+        return get_exec().comm.flashinfer_allreduce_fusion_backend is not None
     if hasattr(args, "flashinfer_allreduce_fusion_backend"):
         return args.flashinfer_allreduce_fusion_backend is not None
     return bool(args.enable_flashinfer_allreduce_fusion)
@@ -140,6 +161,23 @@ class _FakeMLP(_RowParallelPartial):
         return out
 
 
+def eagle3_summary(ranks: list[dict]) -> dict:
+    """What the EAGLE-3 check looks at, from eagle3_capture_on_off's per-rank results: captured layers, fused
+    calls, and the largest differences fusion on vs off, rank 0 vs rank 1 (partial sums differ per rank), and
+    in the model output (a sanity check of the scenario)."""
+    t = torch.tensor
+    off, on = [r["off"] for r in ranks], [r["on"] for r in ranks]
+    return {
+        "n_aux": [len(off[0]["aux"]), len(on[0]["aux"])],
+        "fused_calls": [r["fused_calls"] for r in on],
+        "aux_diff": max(float((t(a) - t(b)).abs().max())
+                        for a, b in zip(off[0]["aux"], on[0]["aux"], strict=True)),
+        "rank_diff": max(float((t(a) - t(b)).abs().max())
+                         for a, b in zip(on[0]["aux"], on[1]["aux"], strict=True)),
+        "out_diff": float((t(off[0]["hidden"]) - t(on[0]["hidden"])).abs().max()),
+    }
+
+
 def eagle3_capture_on_off(rank: int, world_size: int) -> dict:
     return {"off": eagle3_capture(rank, world_size, fusion=False), "on": eagle3_capture(rank, world_size, fusion=True)}
 
@@ -150,6 +188,11 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
     `num_layers` layers (attention and MLP replaced by row-parallel partial-sum modules) in TARGET_VERIFY
     mode, with FlashInfer fusion on or off (SM90 + FlashInfer simulated; the fused op computed by
     reference_fused_allreduce_rmsnorm over the real TP group). Returns the captured aux hidden states."""
+    from support import sglang_compat
+
+    if sglang_compat.has_module("sglang.srt.layers.layer_boundary"):
+        return _eagle3_capture_layer_boundary(rank, world_size, fusion, num_layers, hidden, tokens,
+                                              layers_to_capture)
     from types import SimpleNamespace
 
     from support import fi_comm
@@ -223,6 +266,106 @@ def eagle3_capture(rank: int, world_size: int, fusion: bool, num_layers: int = 5
     return {"aux": [a.tolist() for a in aux], "hidden": hidden_out.tolist(), "fused_calls": fused_calls[0]}
 
 
+class _BoundaryAttention(_RowParallelPartial):
+    """sglang >= 0.5.23: attention with reduce_results=False under the layer-boundary machinery."""
+
+    def maybe_use_decode_attn_tp(self, forward_batch):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def forward(self, positions, hidden_states, forward_batch, zero_allocator, **_):
+        return self.partial(hidden_states)
+
+
+class _BoundaryMLP(_RowParallelPartial):
+    """sglang >= 0.5.23: the FFN returns partial sums; the stage exit completes (or defers) the sum."""
+
+    def forward(self, hidden_states, forward_batch, gemm_output_zero_allocator=None):
+        return self.partial(hidden_states)
+
+
+def _eagle3_capture_layer_boundary(rank, world_size, fusion, num_layers, hidden, tokens, layers_to_capture):
+    """sglang >= 0.5.23: the same model through the layer-boundary stages (layer_boundary/), whose FFN exit
+    leaves its all-reduce to the next layer's fused input norm. Layers are built inside a real layer stack
+    (make_layers), so the stages bind to their neighbours as in the model."""
+    from types import SimpleNamespace
+
+    from support import fi_comm
+
+    fi_comm.install()
+    default_server_args(fusion=fusion, tp_size=world_size, device="cpu")
+    import sglang.srt.layers.flashinfer_comm_fusion as fcf
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.layers.layer_boundary.residual import add_norm
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.models import deepseek_v2 as dsv2
+    from sglang.srt.runtime_context import get_server_args
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.utils.common import make_layers
+
+    initialize_dp_attention(get_server_args())
+    add_norm._is_sm90_supported = True  # simulated: SM90 with FlashInfer
+    add_norm._is_flashinfer_available = True
+    fused_calls = [0]
+
+    def counted_fused_op(**kw):
+        fused_calls[0] += 1
+        return reference_fused_allreduce_rmsnorm(**kw)
+
+    fcf.flashinfer_allreduce_residual_rmsnorm = counted_fused_op
+    config = SimpleNamespace(n_routed_experts=None, first_k_dense_replace=num_layers, moe_layer_freq=1,
+                             hidden_size=hidden, num_hidden_layers=num_layers)
+
+    def layer_fn(idx, prefix):
+        layer = dsv2.DeepseekV2DecoderLayer.__new__(dsv2.DeepseekV2DecoderLayer)
+        torch.nn.Module.__init__(layer)
+        layer.config, layer.layer_id, layer.is_nextn, layer.hidden_size = config, idx, False, hidden
+        layer.speculative_algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
+        layer.self_attn = _BoundaryAttention(hidden, rank, world_size, seed=100 + idx)
+        layer.mlp = _BoundaryMLP(hidden, rank, world_size, seed=200 + idx)
+        layer.is_layer_sparse = False
+        layer.input_layernorm = RMSNorm(hidden, eps=1e-6)
+        layer.post_attention_layernorm = RMSNorm(hidden, eps=1e-6)
+        layer._gfx95_quant_format = ""
+        layer.attn_boundary, layer.ffn_boundary = layer._build_stages(
+            input_layernorm=layer.input_layernorm, post_attention_layernorm=layer.post_attention_layernorm,
+            qkv_latent_func=None)
+        return layer
+
+    model = dsv2.DeepseekV2Model.__new__(dsv2.DeepseekV2Model)
+    torch.nn.Module.__init__(model)
+    model.config = config
+    model.use_dsa = False
+    g = torch.Generator().manual_seed(7)
+    model.embed_tokens = torch.nn.Embedding(100, hidden)
+    with torch.no_grad():
+        model.embed_tokens.weight.copy_(torch.randn(100, hidden, generator=g))
+    model.layers = make_layers(num_layers, layer_fn)
+    model.start_layer, model.end_layer = 0, num_layers
+    model.next_full_attention_layer_id = {i: i + 1 for i in range(num_layers - 1)}
+    model.norm = RMSNorm(hidden, eps=1e-6)
+    model.first_k_dense_replace = num_layers
+    model.layers_to_capture = list(layers_to_capture)
+    model.enable_a2a_moe = False
+    model.llama_4_scaling_config = None
+    model.gemm_output_zero_allocator_size = 0
+    model.pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True)
+
+    input_ids = torch.arange(tokens) + 5
+    batch = SimpleNamespace(input_ids=input_ids, positions=torch.arange(tokens),
+                            forward_mode=ForwardMode.TARGET_VERIFY, can_run_tbo=False, batch_size=1,
+                            attn_cp_metadata=None, nsa_cp_metadata=None, residual_stream=None,
+                            dp_padding_mode=None)
+    with torch.no_grad():
+        out = model.forward(input_ids, torch.arange(tokens), batch)
+    hidden_out, aux = out if isinstance(out, tuple) else (out, [])
+    if isinstance(aux, torch.Tensor):  # packed: one [tokens, hidden * n] tensor
+        aux = list(aux.split(hidden, dim=-1))
+    return {"aux": [a.tolist() for a in aux], "hidden": hidden_out.tolist(), "fused_calls": fused_calls[0]}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Fusion workspace created before CUDA-graph capture and sized for the captured graphs (P5)
 
@@ -235,6 +378,10 @@ def workspace_at_capture(rank: int, world_size: int, cuda_graph_bs=(1, 2, 4, 8, 
     """Build a real CudaGraphRunner for an EAGLE-3 target (TARGET_VERIFY graphs) with fusion enabled; its
     capture() is replaced by a recorder of the fusion workspace state at the moment capture would start.
     Then exercise the fused RMSNorm path at and above the captured size, as prefill would."""
+    from support import sglang_compat
+
+    if sglang_compat.runtime_context():
+        return _workspace_before_capture_published(rank, world_size, cuda_graph_bs, draft_tokens, hidden)
     if _has_module("sglang.srt.model_executor.runner.base_runner"):
         return _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_tokens, hidden)
     from types import SimpleNamespace
@@ -374,3 +521,93 @@ def _workspace_before_capture_runner(rank, world_size, cuda_graph_bs, draft_toke
         prefill_error = f"AssertionError: {e}"
     return dict(seen, prefill_gate=comm.apply_flashinfer_allreduce_fusion(prefill_tokens),
                 prefill_error=prefill_error, workspace_calls_after=len(fc.workspace_calls) - before)
+
+
+def _workspace_before_capture_published(rank, world_size, cuda_graph_bs, draft_tokens, hidden) -> dict:
+    """sglang >= 0.5.23: the same, through the published runtime context: decode graphs up to bs 16 with 3
+    draft tokens as server args, SM90 stated with override_platform, the real
+    BaseRunner._pre_initialize_flashinfer_allreduce_workspace on an EagerRunner of an EAGLE-3 target whose
+    ModelRunner answers the decode-width questions with its own methods (no DP attention: no gathers)."""
+    from types import SimpleNamespace
+
+    from support import cpu_ops, fi_comm
+
+    cpu_ops.register_custom_ops_for_cpu()
+    fc = fi_comm.install(fused_op=reference_fused_allreduce_rmsnorm)
+    from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, Phase, with_phase
+
+    # the record has no model, so resolution stops before it derives the CUDA-graph config: state it, as
+    # --cuda-graph-config '{"decode": {"max_bs": 16, "bs": [1, 2, 4, 8, 16]}}' resolves to
+    graphs = with_phase(CudaGraphConfig(), Phase.DECODE, max_bs=max(cuda_graph_bs), bs=list(cuda_graph_bs))
+    default_server_args(fusion=True, tp_size=world_size, device="cpu", cuda_graph_config=graphs,
+                        speculative_algorithm="EAGLE3", speculative_num_draft_tokens=draft_tokens,
+                        speculative_num_steps=draft_tokens - 1, speculative_eagle_topk=1)
+    import sglang.srt.layers.flashinfer_comm_fusion as fcf
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.layers.layer_boundary.residual import add_norm
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+    from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+    from sglang.srt.runtime_context import get_server_args, override_platform
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    initialize_dp_attention(get_server_args())
+    override_platform(is_sm90=True, is_sm100=False, is_sm120=False).install()  # simulated SM90
+    add_norm._is_sm90_supported = True
+    add_norm._is_flashinfer_available = True
+    fcf.is_flashinfer_available = lambda: True
+    fcf._flashinfer_comm = fc
+    fcf._create_allreduce_fusion_workspace = fc.create_allreduce_fusion_workspace
+    fcf._flashinfer_create_workspace_supports_group = True
+    fcf._preflight_check_workspace_memory = lambda **kw: True  # simulated: GPU memory for the workspace
+
+    model_config = SimpleNamespace(hidden_size=hidden, vocab_size=1000, dtype=torch.bfloat16,
+                                   hf_config=SimpleNamespace(architectures=["DeepseekV3ForCausalLM"]))
+    mr = _TargetModelRunner(server_args=get_server_args(), spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
+                            is_draft_worker=False, model_config=model_config, dtype=torch.bfloat16, device="cuda",
+                            req_to_token_pool=SimpleNamespace(size=max(cuda_graph_bs)),
+                            decode_runner_cls=DecodeCudaGraphRunner)
+    runner = EagerRunner.__new__(EagerRunner)
+    runner.model_runner = mr
+    runner._pre_initialize_flashinfer_allreduce_workspace()
+    max_num_token = max(cuda_graph_bs) * draft_tokens
+    mgr = fcf._get_workspace_manager(True)
+    gate = add_norm.flashinfer_ar_fusion_applies
+    seen = {"initialized": bool(mgr.initialized), "calls": [c for c in fc.workspace_calls if c["rank"] == rank][-1:],
+            "gate": {n: bool(gate(n)) for n in GATE_SIZES}, "gate_at_max": gate(max_num_token),
+            "gate_above_max": gate(max_num_token + 1), "max_num_token": max_num_token}
+    norm = RMSNorm(hidden, eps=1e-6).to(torch.bfloat16)
+    prefill_tokens = 2048
+    before = len(fc.workspace_calls)
+    x = torch.randn(prefill_tokens, hidden, dtype=torch.bfloat16)
+    res = torch.randn(prefill_tokens, hidden, dtype=torch.bfloat16)
+    prefill_error = None
+    try:
+        if gate(prefill_tokens):
+            with torch.no_grad():
+                norm.forward_with_allreduce_fusion(x, res)
+    except AssertionError as e:
+        prefill_error = f"AssertionError: {e}"
+    return dict(seen, prefill_gate=gate(prefill_tokens), prefill_error=prefill_error,
+                workspace_calls_after=len(fc.workspace_calls) - before)
+
+
+class _TargetModelRunner:
+    """The ModelRunner facts a runner's warmup reads, for an EAGLE-3 target (sglang >= 0.5.23). ModelRunner itself
+    does not import in the CPU test environment (its module pulls the HTTP server stack); its two decode-width
+    methods are what ModelRunner.decode_num_tokens_per_req / decode_graph_gather_requirements do for a
+    non-DSpark speculative target: upstream's resolve_num_tokens_per_req and the decode runner class's own
+    gather requirements."""
+
+    def __init__(self, decode_runner_cls, **facts):
+        self.__dict__.update(facts)
+        self._decode_runner_cls = decode_runner_cls
+
+    def decode_num_tokens_per_req(self, *, num_draft_tokens=None) -> int:
+        from sglang.srt.speculative.spec_utils import resolve_num_tokens_per_req
+
+        return resolve_num_tokens_per_req(phase="target_verify", spec_algorithm=self.spec_algorithm,
+                                          is_draft_worker=self.is_draft_worker, num_draft_tokens=num_draft_tokens)
+
+    def decode_graph_gather_requirements(self) -> tuple[bool, bool]:
+        return self._decode_runner_cls.decode_graph_gather_requirements(self)

@@ -11,6 +11,8 @@ import os
 import sys
 import tempfile
 
+from support import sglang_compat
+
 DSV3_CONFIG = {
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 1024,
     "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 4,
@@ -38,6 +40,11 @@ def gate(capability: tuple[int, int], fusion_flag: bool, tokens: int = 3, tp: in
     from support.scenarios_fusion import default_server_args
 
     default_server_args(fusion=fusion_flag, tp_size=tp)
+    if sglang_compat.has_module("sglang.srt.layers.layer_boundary"):  # sglang >= 0.5.23
+        from sglang.srt.layers.layer_boundary.residual import add_norm
+
+        add_norm = importlib.reload(add_norm)
+        return {"gate": bool(add_norm.flashinfer_ar_fusion_applies(tokens))}
     from sglang.srt.layers import communicator
 
     communicator = importlib.reload(communicator)
@@ -132,6 +139,14 @@ def auto_enable(capability: tuple[int, int], tp: int = 8) -> dict:
     model_dir = tempfile.mkdtemp(prefix="dsv3-config-")
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(DSV3_CONFIG, f)
+    if sglang_compat.runtime_context():  # sglang >= 0.5.23: the auto-enable is a resolution pass
+        from sglang.srt.arg_groups.model_override_base import resolved_view
+        from sglang.srt.arg_groups.overrides import _flashinfer_allreduce_fusion_auto_enable
+        from sglang.srt.server_args import ServerArgs
+
+        args = ServerArgs(model_path=model_dir, tokenizer_path=model_dir, tp_size=tp)
+        decided = _flashinfer_allreduce_fusion_auto_enable(resolved_view(args))
+        return {"auto_enabled": decided.get("flashinfer_allreduce_fusion_backend") is not None}
     from support.scenarios_fusion import fusion_enabled
 
     args = default_server_args(fusion=False, model_path=model_dir, tokenizer_path=model_dir, tp_size=tp)

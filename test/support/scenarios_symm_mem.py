@@ -61,15 +61,29 @@ def communicator_cases(rank: int, world_size: int, cases: list[dict]) -> list[di
 
 
 def communicator(rank: int, world_size: int, capability=(12, 0), multicast: bool = False,
-                 p2p_atomics: bool = True, sizes=(43008, 1048576)) -> dict:
+                 p2p_atomics: bool = True, sizes=(43008, 1048576, 16777216)) -> dict:
     from support.cuda_sim import simulate_cuda
 
     simulate_cuda(capability=tuple(capability), device_count=world_size, p2p_atomics=p2p_atomics)
+    from support import sglang_compat
+
+    if sglang_compat.runtime_context():  # sglang >= 0.5.23 reads its configuration while constructing
+        sglang_compat.publish_server_args(rank, tp_size=world_size, device="cpu")
     import torch.distributed._symmetric_memory as symm
 
     symm.empty = lambda n, device=None, dtype=None: torch.zeros(n, dtype=dtype)
     symm.rendezvous = lambda buf, group_name: SimpleNamespace(multicast_ptr=0xC0FFEE if multicast else 0)
+    import importlib
+    import sys
+
+    # modules imported before the simulation began (sglang's own init) computed their CUDA facts on a CPU
+    # machine at import: re-import them on the simulated one, as a GPU process would have imported them
+    utils = "sglang.srt.distributed.device_communicators.custom_all_reduce_utils"
+    if utils in sys.modules:
+        importlib.reload(sys.modules[utils])
     import sglang.srt.distributed.device_communicators.torch_symm_mem as tsm
+
+    tsm = importlib.reload(tsm)
 
     ops = _FakeSymmMemOps()
     tsm.torch = _TorchWithSymmMemOps(ops)  # the module reaches its kernels through torch.ops.symm_mem

@@ -38,9 +38,17 @@ def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, qu
                 initialize_model_parallel,
             )
 
+            from support import sglang_compat
+
+            published = sglang_compat.runtime_context()
+            if published:  # sglang >= 0.5.23 builds the groups from the published parallel widths
+                sglang_compat.publish_server_args(rank, tp_size=world_size, device="cpu")
             init_distributed_environment(world_size=world_size, rank=rank, local_rank=rank,
                                          distributed_init_method=init, backend="gloo")
-            initialize_model_parallel(tensor_model_parallel_size=world_size)
+            if published:
+                initialize_model_parallel()
+            else:
+                initialize_model_parallel(tensor_model_parallel_size=world_size)
         else:
             import torch.distributed as dist
 

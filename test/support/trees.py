@@ -39,6 +39,8 @@ class TreeFactory:
         if dest.exists():
             return dest
         series = series_for(base, package)
+        if not series.patches:  # nothing to apply: the built wheel holds upstream's files byte for byte
+            return self.built_tree(base_name, package)
         layout = get_layout(base.package(package).package)
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

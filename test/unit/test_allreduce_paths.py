@@ -104,3 +104,42 @@ def test_sglang_facts_from_the_pinned_upstream_wheel(tmp_path):
     assert facts["fusion_max_tokens"] == 2048
     assert facts["fusion_flag"] == "--enable-flashinfer-allreduce-fusion"
     assert facts["has_pcie_ipc"] is False
+
+
+def _extract(base: str, package: str, suffix: str, dest) -> None:
+    """One file of a base's pinned upstream wheel (fetched, sha256-verified, cached)."""
+    from sglang_blackwell.bases import get_base
+    from sglang_blackwell.fetch import fetch
+
+    art = get_base(base).package(package).files_for(None)[0]
+    try:
+        whl = fetch(art)
+    except Exception as e:  # no network in this run
+        pytest.skip(f"cannot fetch {art.filename}: {e}")
+    with zipfile.ZipFile(whl) as z:
+        names = [n for n in z.namelist() if n.endswith(suffix)]
+        assert names, f"{art.filename} has no {suffix}"
+        z.extract(names[0], dest)
+
+
+@pytest.mark.network
+def test_pcie_ipc_facts_from_the_real_release_files(tmp_path):
+    """sglang 0.5.23 ships the PCIe-IPC backend, flashinfer 0.7.2 its workspace, flashinfer 0.6.12 neither:
+    read from the pinned wheels' own files, as doctor reads an installed stack."""
+    from sglang_blackwell.allreduce_paths import flashinfer_facts
+
+    _extract("0.5.23", "sglang", "device_communicators/pcie_ipc_ar.py", tmp_path / "sg")
+    _extract("0.5.23", "flashinfer", "flashinfer/comm/pcie_ipc_ar.py", tmp_path / "fi072")
+    _extract("0.5.14", "flashinfer", "flashinfer/comm/allreduce.py", tmp_path / "fi0612")
+    assert sglang_facts(tmp_path / "sg" / "sglang")["has_pcie_ipc"] is True
+    assert flashinfer_facts(tmp_path / "fi072" / "flashinfer") == {"flashinfer_pcie_ipc": True}
+    assert flashinfer_facts(tmp_path / "fi0612" / "flashinfer") == {"flashinfer_pcie_ipc": False}
+
+    box = dict(tp=8, capability="12.0", multicast=False, sglang="0.5.23", has_pcie_ipc=True,
+               env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})
+    assert path_at(plan(Facts(flashinfer="0.7.2", flashinfer_pcie_ipc=True, all_p2p=True, **box)),
+                   VERIFY)["path"] == "pcie_ipc"
+    no_ws = plan(Facts(flashinfer="0.7.2", flashinfer_pcie_ipc=False, all_p2p=True, **box))
+    assert "PcieIpcAllReduceWorkspace" in backend(no_ws, "pcie_ipc")["why"]
+    no_p2p = plan(Facts(flashinfer="0.7.2", flashinfer_pcie_ipc=True, all_p2p=False, **box))
+    assert path_at(no_p2p, VERIFY)["path"] == "nccl" and "P2P access" in backend(no_p2p, "pcie_ipc")["why"]

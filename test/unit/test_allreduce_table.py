@@ -241,3 +241,43 @@ def test_bench_topology_probe_takes_the_link_kind_from_the_shared_detection(tmp_
     f.write_text(json.dumps(Topology.simulated(2, "9.0", kind="NV18", atomics=True).to_dict()))
     monkeypatch.setenv(TOPOLOGY_ENV, str(f))
     assert ar_topology._shared_link()[0] == "nvlink"
+
+
+# ------------------------------------------------------------------------------------ PCIe-IPC (0.5.23)
+
+RTX8 = {"gpu_name": "NVIDIA RTX PRO 6000 Blackwell", "capability": "12.0", "link": "pcie"}
+
+
+def pcie_knobs(results):
+    entry = tbl.build_entry(results, tbl.topology_key(RTX8, 8))
+    return tbl.knobs_from_table(tbl.merge_entry(tbl.new_table(), entry), RTX8, 8)
+
+
+def test_knobs_select_pcie_ipc_on_the_lines_that_have_it():
+    """8 GPUs on PCIe (NCCL slow at small sizes, the shape the upstream module documents): PCIe-IPC wins up
+    to T=8, NCCL above; on 0.5.23 the unfused path is PCIe-IPC + add+RMSNorm, which also beats fusion there."""
+    net = {"nccl": [40, 40, 40, 40, 40], "nccl_norm": [42, 42, 42, 42, 42],
+           "fi_pcie_ipc": [5, 5, 6, 8, 60], "fi_pcie_ipc_norm": [7, 7, 8, 10, 62],
+           "fi_fused_oneshot": [20, 20, 20, 20, 20]}
+    k = pcie_knobs(build_results(net, tokens=[1, 2, 4, 8, 16], tp=8))
+    assert k["decisions"]["pcie_ipc_max_tokens"] == 8
+    assert k["env_by_line"] == {"0.5.23": {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1",
+                                           "SGLANG_PCIE_IPC_MAX_NUMEL": str(8 * H),
+                                           "SGLANG_FLASHINFER_ALLREDUCE_FUSION_MAX_TOKENS": "0"}}
+    # without PCIe-IPC (0.5.9 / 0.5.14) the fused kernel beats NCCL + norm at every size
+    assert k["decisions"]["fusion_max_tokens"] == 16 and k["decisions"]["fusion_max_tokens_with_pcie_ipc"] == 0
+    assert k["server_args"]["0.5.14"][:2] == ["--flashinfer-allreduce-fusion-backend", "trtllm"]
+    assert k["server_args"]["0.5.23"] == ["--enforce-disable-flashinfer-allreduce-fusion"]
+    assert any("PCIe-IPC all-reduce (sglang 0.5.23) for T <= 8" in w for w in k["why"])
+
+
+def test_knobs_leave_pcie_ipc_off_where_it_loses_or_failed():
+    net = {"nccl": [5, 5], "nccl_norm": [7, 7], "fi_pcie_ipc": [6, 6]}
+    k = pcie_knobs(build_results(net, tokens=[1, 2], tp=8))
+    assert k["decisions"]["pcie_ipc_max_tokens"] == 0 and k["env_by_line"] == {}
+    assert any("PCIe-IPC all-reduce off" in w for w in k["why"])
+    k = pcie_knobs(build_results({**net, "fi_pcie_ipc": [1, 1]}, tokens=[1, 2], tp=8,
+                                 failed={"fi_pcie_ipc": [2]}))
+    assert k["env_by_line"] == {} and any("not measured correct" in w for w in k["why"])
+    k = pcie_knobs(build_results(net, tokens=[1, 2], tp=8, unavailable={"fi_pcie_ipc": "flashinfer 0.6.12"}))
+    assert k["env_by_line"] == {}

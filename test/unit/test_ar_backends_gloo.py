@@ -74,8 +74,8 @@ def test_broken_backend_caught(verdicts):
             assert not v[f"broken@{t}"]["ok"]
 
 
-def _cpu_ctx(**kw) -> ab.RankContext:
-    return ab.RankContext(rank=0, world_size=2, device=torch.device("cpu"), group=None, hidden=HIDDEN,
+def _cpu_ctx(world_size: int = 2, **kw) -> ab.RankContext:
+    return ab.RankContext(rank=0, world_size=world_size, device=torch.device("cpu"), group=None, hidden=HIDDEN,
                           dtype=torch.bfloat16, tokens=TOKENS, fi_max_tokens=2048, **kw)
 
 
@@ -120,3 +120,26 @@ def test_p2p_probe_never_raises_without_a_gpu():
     rt = _Cudart()
     assert rt.p2p_attr(P2P_ATTR_NATIVE_ATOMIC, 0, 1) is None  # unknown, so symm-mem is not offered
     assert rt.pci_bus_id(0) is None
+
+
+def test_pcie_ipc_offered_only_where_the_installed_flashinfer_has_it(monkeypatch):
+    """Simulated, said plainly: flashinfer.comm cannot import without CUDA here, so stand-in modules answer
+    the one question available() asks: does the installed flashinfer have PcieIpcAllReduceWorkspace (0.7.0+)?
+    (tests/unit/test_allreduce_paths reads the real 0.6.12 / 0.7.2 files.)"""
+    import sys
+    import types
+
+    fi = types.ModuleType("flashinfer")
+    old, new = types.ModuleType("flashinfer.comm"), types.ModuleType("flashinfer.comm")
+    new.PcieIpcAllReduceWorkspace = object
+    monkeypatch.setitem(sys.modules, "flashinfer", fi)
+    for comm, ok_at_8 in ((old, False), (new, True)):
+        fi.comm = comm
+        monkeypatch.setitem(sys.modules, "flashinfer.comm", comm)
+        for b in ab.make(["fi_pcie_ipc", "fi_pcie_ipc_norm"]):
+            ok, why = b.available(_cpu_ctx(world_size=8))
+            assert ok is ok_at_8, (b.name, why)
+            if not ok:
+                assert "needs flashinfer >= 0.7.0" in why
+    ok, why = ab.FlashInferPcieIpc().available(_cpu_ctx(world_size=3))
+    assert not ok and "world size 2, 4 or 8" in why

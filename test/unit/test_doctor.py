@@ -254,3 +254,59 @@ def test_platform_hazards_from_simulated_sysfs(tmp_path):
     assert devs["0000:03:00.0"]["acs_ctl"] is None
     acs = acs_facts(topo, tmp_path, lspci=LSPCI)
     assert acs["redirecting"] == ["0000:00:01.1"] and acs["with_acs"] == ["0000:00:01.1", "0000:01:00.0"]
+
+
+def _stack_site(tmp_path: Path, sglang: str, flashinfer: str, fi_base: str) -> Path:
+    """An installed stack as doctor sees it: dist-info plus the real release files that say whether the
+    PCIe-IPC all-reduce is there (sglang's pcie_ipc_ar.py from 0.5.23; flashinfer's comm/ from `fi_base`'s
+    pinned wheel), fetched, sha256-verified and cached."""
+    from sglang_blackwell.bases import get_base
+    from sglang_blackwell.fetch import fetch
+
+    site = tmp_path / f"site-{sglang}-{flashinfer}"
+    for base, package, prefixes in (("0.5.23", "sglang", ("sglang/srt/distributed/device_communicators/",)),
+                                    (fi_base, "flashinfer", ("flashinfer/comm/pcie_ipc_ar.py",))):
+        art = get_base(base).package(package).files_for(None)[0]
+        try:
+            whl = fetch(art)
+        except Exception as e:
+            pytest.skip(f"cannot fetch {art.filename}: {e}")
+        with zipfile.ZipFile(whl) as z:
+            for n in z.namelist():
+                if n.startswith(prefixes) and n.endswith(".py") and (package == "flashinfer" or sglang >= "0.5.23"):
+                    z.extract(n, site)
+    for pkg in ("sglang", "flashinfer"):
+        (site / pkg).mkdir(parents=True, exist_ok=True)
+        (site / pkg / "__init__.py").write_text("raise ImportError('doctor must not import it')\n")
+    _fake_dist(site, "sglang", sglang)
+    _fake_dist(site, "flashinfer-python", flashinfer)
+    return site
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("stack,env,status,needle", [
+    (("0.5.23", "0.7.2", "0.5.23"), {}, "info", "available, off: export SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"),
+    (("0.5.23", "0.7.2", "0.5.23"), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "ok", "on (SGLANG_ENABLE"),
+    (("0.5.23", "0.6.12", "0.5.14"), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "warn",
+     "is set but it cannot run: needs flashinfer >= 0.7.0"),
+    (("0.5.14", "0.6.12", "0.5.14"), {}, "info", "not available: this sglang has no pcie_ipc_ar backend"),
+])
+def test_pcie_ipc_item(tmp_path, monkeypatch, stack, env, status, needle):
+    from sglang_blackwell.doctor import check_pcie_ipc
+    from sglang_blackwell.stackinfo import dist_facts
+
+    site = _stack_site(tmp_path, *stack)
+    monkeypatch.syspath_prepend(str(site))
+    for k in [k for k in os.environ if k.startswith("SGLANG_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    box = Topology.simulated(8, "12.0", kind="SYS", atomics=False, multicast=False)
+    c = check_pcie_ipc(Context(box, {}, dist_facts("sglang"), dist_facts("flashinfer-python"), None, None))
+    assert c.status == status and needle in c.detail, c
+    if status == "warn":
+        assert c.fix == "sglang-blackwell install --base 0.5.23 (sglang 0.5.23 + flashinfer 0.7.2)"
+    if stack[0] == "0.5.14":
+        assert "a PCIe-only box: the case it is made for" in c.detail
+    no_gpu = check_pcie_ipc(Context(Topology.simulated(0), {}, None, None, None, None))
+    assert no_gpu.status == "n/a"

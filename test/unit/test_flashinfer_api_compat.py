@@ -129,3 +129,79 @@ def test_adapter_binds_to_real_signatures(version, base, monkeypatch):
         assert c["launch_with_pdl"] is True and c["fp32_acc"] is False
         assert c.get("trigger_completion_at_end", False) is False
     assert fused["use_oneshot"] is True and ar["use_oneshot"] is False
+
+
+def class_method_signatures(source: str, cls: str) -> dict[str, inspect.Signature]:
+    """Signatures of a class's methods (self dropped), read from source."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            mod = ast.Module(body=[n for n in node.body if isinstance(n, ast.FunctionDef)], type_ignores=[])
+            text = ast.unparse(mod)
+            return {n.name: _drop_self(top_level_signature(text, n.name)) for n in mod.body}
+    return {}
+
+
+def _drop_self(sig: inspect.Signature) -> inspect.Signature:
+    return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+
+PCIE_IPC = "flashinfer/comm/pcie_ipc_ar.py"
+
+
+@pytest.mark.parametrize("version,base", FLASHINFERS, ids=[f"flashinfer-{v}" for v, _ in FLASHINFERS])
+def test_pcie_ipc_adapter_binds_to_real_signatures(version, base, monkeypatch):
+    """Where the pinned FlashInfer has the PCIe-IPC all-reduce (0.7.0+), `bench allreduce` offers fi_pcie_ipc
+    and fi_pcie_ipc_norm and calls PcieIpcAllReduceWorkspace the way its real methods accept; where it does
+    not, both backends say so and stay out."""
+    from sglang_blackwell.bases import get_base
+
+    wheel = fetch(next(a for a in get_base(base).package("flashinfer").files if a.filename.endswith(".whl")))
+    with zipfile.ZipFile(wheel) as z:
+        src = z.read(PCIE_IPC).decode() if PCIE_IPC in z.namelist() else ""
+    sigs = class_method_signatures(src, "PcieIpcAllReduceWorkspace")
+    comm = types.ModuleType("flashinfer.comm")
+    calls: list = []
+    if sigs:
+        class PcieIpcAllReduceWorkspace:
+            def __init__(self, *a, **k):
+                calls.append(("__init__", sigs["__init__"].bind(*a, **k).arguments))
+
+            def prepare(self, *a, **k):
+                args = sigs["prepare"].bind(*a, **k).arguments
+                calls.append(("prepare", args))
+                return {shape: "config" for shape in args["shapes"]}
+
+            def all_reduce(self, *a, **k):
+                args = sigs["all_reduce"].bind(*a, **k).arguments
+                calls.append(("all_reduce", args))
+                args["out"].copy_(args["inp"])
+                return args["out"]
+
+            def destroy(self, *a, **k):
+                calls.append(("destroy", sigs["destroy"].bind(*a, **k).arguments))
+
+        comm.PcieIpcAllReduceWorkspace = PcieIpcAllReduceWorkspace
+    fi_pkg = types.ModuleType("flashinfer")
+    fi_pkg.comm = comm
+    monkeypatch.setitem(sys.modules, "flashinfer", fi_pkg)
+    monkeypatch.setitem(sys.modules, "flashinfer.comm", comm)
+    ctx = ab.RankContext(rank=0, world_size=8, device=torch.device("cpu"), group=types.SimpleNamespace(),
+                         hidden=64, dtype=torch.bfloat16, tokens=[1, 3], fi_max_tokens=2048)
+    ipc, ipc_norm = ab.make(["fi_pcie_ipc", "fi_pcie_ipc_norm"])
+    has_it = Version(version) >= Version("0.7.0")
+    assert bool(sigs) == has_it
+    for b in (ipc, ipc_norm):
+        ok, why = b.available(ctx)
+        assert ok is has_it, (b.name, why)
+    if not has_it:
+        return
+    for b in (ipc, ipc_norm):  # the norm falls back to torch ops: no flashinfer.norm in the stand-in
+        b.setup(ctx)
+    x = torch.full((3, 64), 2.0, dtype=torch.bfloat16)
+    (y,) = ipc.run(x.clone(), ctx.empty(3), torch.ones(64, dtype=torch.bfloat16))
+    assert torch.equal(y, x)
+    ab.close_shared(ctx)
+    names = [c[0] for c in calls]
+    assert names == ["__init__", "prepare", "all_reduce", "destroy"]  # one workspace for both backends
+    assert calls[0][1]["max_numel"] == 3 * 64 and calls[0][1]["group"] is ctx.group
+    assert calls[1][1]["shapes"] == [(1, 64), (3, 64)]

@@ -90,3 +90,19 @@ def test_missing_table_named(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", "serve", "--table", str(tmp_path / "t.json"),
                         "--dry-run", "--", "--tp", "2"], capture_output=True, text=True)
     assert r.returncode == 2 and "t.json: no such file" in r.stderr
+
+
+def test_pcie_ipc_only_on_the_line_that_has_it(tmp_path):
+    """A table where the PCIe-IPC all-reduce wins small messages: serve turns it on for sglang 0.5.23, and
+    leaves the older lines alone (they have no such backend)."""
+    results = build_results({"nccl": [40, 40, 40], "nccl_norm": [42, 42, 42], "fi_pcie_ipc": [5, 6, 60],
+                             "fi_pcie_ipc_norm": [7, 8, 62]}, tokens=[1, 3, 48], tp=8)
+    table = save_table(merge_entry(new_table(), build_entry(results, KEY)), tmp_path / "t.json")
+    new = plan(["--tp", "8"], topology=BOX, table_path=table, profile=None, environ={}, sglang_version="0.5.23")
+    assert new.env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    assert new.env["SGLANG_PCIE_IPC_MAX_NUMEL"] == str(3 * 7168)
+    old = plan(["--tp", "8"], topology=BOX, table_path=table, profile=None, environ={}, sglang_version="0.5.14")
+    assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in old.env
+    mine = plan(["--tp", "8"], topology=BOX, table_path=table, profile=None, sglang_version="0.5.23",
+                environ={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"})
+    assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in mine.env and any("keeping your 0" in w for w in mine.why)

@@ -390,8 +390,26 @@ class SymmMultimem(SymmMem):
 
 # ------------------------------------------------------------------------- FlashInfer PCIe-IPC
 
+class PcieIpcWorkspace:
+    """One flashinfer.comm.PcieIpcAllReduceWorkspace (max tokens x hidden), shared by fi_pcie_ipc and
+    fi_pcie_ipc_norm; launch configs resolved up front (resolution is collective: never inside graph capture)."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        import flashinfer.comm as comm
+
+        self.ws = comm.PcieIpcAllReduceWorkspace(group=ctx.group, max_numel=ctx.max_tokens * ctx.hidden,
+                                                 dtype=ctx.dtype)
+        configs = self.ws.prepare([(t, ctx.hidden) for t in ctx.tokens], dtype=ctx.dtype)
+        self.unsupported = {t for (t, _), c in configs.items() if c is None}
+        ctx.facts["pcie_ipc_profile"] = getattr(self.ws, "profile", None)
+
+    def close(self) -> None:
+        self.ws.destroy()
+
+
 class FlashInferPcieIpc(Backend):
-    """flashinfer.comm.PcieIpcAllReduceWorkspace (flashinfer >= 0.7.0): CUDA-IPC slabs, no remote atomics."""
+    """flashinfer.comm.PcieIpcAllReduceWorkspace (flashinfer >= 0.7.0): CUDA-IPC slabs, staged pushes, no
+    remote atomics; what sglang 0.5.23 runs with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1."""
 
     resource = "fi_pcie_ipc"
 
@@ -405,37 +423,32 @@ class FlashInferPcieIpc(Backend):
             return False, f"flashinfer.comm does not import: {type(e).__name__}"
         if not hasattr(comm, "PcieIpcAllReduceWorkspace"):
             return False, "installed flashinfer has no PCIe-IPC all-reduce (needs flashinfer >= 0.7.0)"
+        if ctx.world_size not in (2, 4, 8):
+            return False, f"PCIe-IPC all-reduce runs at world size 2, 4 or 8 (not {ctx.world_size})"
         return True, ""
 
     def setup(self, ctx):
         super().setup(ctx)
-        import flashinfer.comm as comm
-
-        self.ws = comm.PcieIpcAllReduceWorkspace(group=ctx.group, max_numel=ctx.max_tokens * ctx.hidden,
-                                                 dtype=ctx.dtype)
-        # resolve launch configs now: resolution is collective and cannot happen inside graph capture
-        configs = self.ws.prepare([(t, ctx.hidden) for t in ctx.tokens], dtype=ctx.dtype)
-        self.unsupported = {t for (t, _), c in configs.items() if c is None}
-        ctx.facts["pcie_ipc_profile"] = getattr(self.ws, "profile", None)
+        if "fi_pcie_ipc" not in ctx.shared:
+            ctx.shared["fi_pcie_ipc"] = PcieIpcWorkspace(ctx)
+        self.shared = ctx.shared["fi_pcie_ipc"]
         self.out = ctx.empty()
 
     def supports(self, tokens):
-        return "shape not supported by the PCIe-IPC kernels" if tokens in self.unsupported else None
+        return "shape not supported by the PCIe-IPC kernels" if tokens in self.shared.unsupported else None
 
     def run(self, inp, residual, gamma):
         out = self.out[: inp.shape[0]]
-        self.ws.all_reduce(inp, out=out)
+        self.shared.ws.all_reduce(inp, out=out)
         return (out,)
-
-    def close(self):
-        self.ws.destroy()
 
 
 def close_shared(ctx: RankContext) -> None:
     """Release what backends share (collective where the resource's teardown is)."""
-    fi = ctx.shared.pop("fi_trtllm", None)
-    if fi is not None:
-        fi.close()
+    for key in ("fi_trtllm", "fi_pcie_ipc"):
+        res = ctx.shared.pop(key, None)
+        if res is not None:
+            res.close()
 
 
 REGISTRY: dict[str, Callable[[], Backend]] = {
@@ -449,6 +462,7 @@ REGISTRY: dict[str, Callable[[], Backend]] = {
     "nccl_norm": lambda: WithNorm(Nccl()),
     "symm_oneshot_norm": lambda: WithNorm(SymmOneShot()),
     "symm_twoshot_norm": lambda: WithNorm(SymmTwoShot()),
+    "fi_pcie_ipc_norm": lambda: WithNorm(FlashInferPcieIpc()),
     "fi_fused_oneshot": lambda: FlashInferFusion("fi_fused_oneshot", fused=True, oneshot=True),
     "fi_fused_twoshot": lambda: FlashInferFusion("fi_fused_twoshot", fused=True, oneshot=False),
 }

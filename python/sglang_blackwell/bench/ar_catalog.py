@@ -29,6 +29,7 @@ CATALOG: dict[str, BackendInfo] = {b.name: b for b in (
     BackendInfo("nccl_norm", "ar_rmsnorm", "NCCL all_reduce, then fused add+RMSNorm (the unfused baseline)"),
     BackendInfo("symm_oneshot_norm", "ar_rmsnorm", "symm_oneshot, then fused add+RMSNorm"),
     BackendInfo("symm_twoshot_norm", "ar_rmsnorm", "symm_twoshot, then fused add+RMSNorm"),
+    BackendInfo("fi_pcie_ipc_norm", "ar_rmsnorm", "fi_pcie_ipc, then fused add+RMSNorm (sglang 0.5.23's path)"),
     BackendInfo("fi_fused_oneshot", "ar_rmsnorm", "FlashInfer kARResidualRMSNorm, one-shot (sglang's)"),
     BackendInfo("fi_fused_twoshot", "ar_rmsnorm", "FlashInfer kARResidualRMSNorm, two-shot"),
 )}

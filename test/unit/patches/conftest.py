@@ -43,9 +43,22 @@ def absorbed(logical_id: str) -> list[str]:
     return [b.name for b in list_bases() if logical_id in b.absorbed]
 
 
+# The scenarios of every fusion-path fix upstream absorbed (P3, P4), in one pair of CPU ranks per base: their
+# tests share this probe (support.scenarios_fusion.absorbed_fusion_cases), so each base imports sglang once.
+ABSORBED_FUSION_PROBE = """
+import json
+from support.scenarios_fusion import eagle3_summary
+from support.tp import run_tp
+ranks = run_tp(2, "support.scenarios_fusion:absorbed_fusion_cases")
+print(json.dumps({"eagle3": eagle3_summary([r["eagle3"] for r in ranks]),
+                  "fallback": {"ranks": [r["fallback"] for r in ranks]}}))
+"""
+
+
 class PatchTrees:
     def __init__(self, factory: TreeFactory):
         self.f = factory
+        self._absorbed: dict[str, dict] = {}
 
     def _locate(self, base: str, logical_id: str) -> tuple[str, int]:
         for pkg in PACKAGES:
@@ -61,9 +74,18 @@ class PatchTrees:
         """The unpatched release of `package`, beside the other package as built."""
         return [self.f.tree(base, p, 0) if p == package else self.f.built_tree(base, p) for p in PACKAGES]
 
-    def assert_absorbed(self, base: str, package: str, code: str, problems: Callable[[dict], list[str]]) -> dict:
-        r = run_probe(self.upstream(base, package), code)
+    def assert_absorbed(self, base: str, package: str, code: str, problems: Callable[[dict], list[str]],
+                        env: dict | None = None) -> dict:
+        r = run_probe(self.upstream(base, package), code, env=env)
         assert problems(r) == [], f"{base}: upstream {package} does not have the change after all: {problems(r)}"
+        return r
+
+    def assert_absorbed_fusion(self, base: str, part: str, problems: Callable[[dict], list[str]]) -> dict:
+        """assert_absorbed for the fusion-path fixes, from ABSORBED_FUSION_PROBE (run once per base)."""
+        if base not in self._absorbed:
+            self._absorbed[base] = run_probe(self.upstream(base, "sglang"), ABSORBED_FUSION_PROBE)
+        r = self._absorbed[base][part]
+        assert problems(r) == [], f"{base}: upstream sglang does not have the change after all: {problems(r)}"
         return r
 
     def without_patch(self, base: str, logical_id: str) -> list[Path]:

@@ -17,7 +17,7 @@ import pytest
 from sglang_blackwell.fatbin import cubin_kernel_sizes, read_cuda_binary
 from sglang_blackwell.paths import cache_dir
 
-from .conftest import TEST_ROOT, carrying
+from .conftest import TEST_ROOT, absorbed, carrying
 
 PROBE_CU = TEST_ROOT / "support" / "p1_probe.cu"
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
@@ -68,3 +68,13 @@ def test_patched_headers_compile_to_real_sm120a_kernels(base, patch_trees):
     upstream = compile_probe(patch_trees.f.tree(base, "flashinfer", 0))
     up_sizes = cubin_kernel_sizes(upstream)
     assert _size(up_sizes, LAMPORT) < 512, up_sizes  # upstream: compiled to an empty kernel on SM12x
+
+
+@pytest.mark.parametrize("base", absorbed("P1"))
+def test_absorbed_upstream_headers_compile_to_real_sm120a_kernels(base, patch_trees):
+    """Upstream FlashInfer >= 0.6.17 dropped the `< 1200` guards itself: its own headers give real kernels."""
+    upstream = compile_probe(patch_trees.f.tree(base, "flashinfer", 0))
+    assert read_cuda_binary(upstream).sass_names() == ["sm_120a"]
+    sizes = cubin_kernel_sizes(upstream)
+    assert _size(sizes, LAMPORT) > 4096, sizes
+    assert _size(sizes, ONESHOT) > 4096, sizes

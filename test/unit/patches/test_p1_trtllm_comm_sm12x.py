@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import carrying
+from .conftest import absorbed, carrying
 
 SPEC_PROBE = """
 import json
@@ -45,3 +45,11 @@ def test_trtllm_comm_jit_spec_keeps_hopper_and_blackwell_dc(base, arch, patch_tr
     r = run_probe(patch_trees.with_patch(base), SPEC_PROBE, env={"FLASHINFER_CUDA_ARCH_LIST": arch})
     want = arch.replace(".", "")
     assert any(f"sm_{want}" in f for f in r["flags"]), r
+
+
+@pytest.mark.parametrize("base", absorbed("P1"))
+def test_absorbed_upstream(base, patch_trees):
+    """flashinfer >= 0.6.17 lists major 12 itself (PR #3903): the same probe passes on the unpatched wheel."""
+    r = patch_trees.assert_absorbed(base, "flashinfer", SPEC_PROBE, _sm120_flags,
+                                    env={"FLASHINFER_CUDA_ARCH_LIST": "12.0a"})
+    assert "trtllm_allreduce_fusion.cu" in r["sources"]

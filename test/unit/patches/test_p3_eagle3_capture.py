@@ -8,18 +8,9 @@ from .conftest import absorbed, carrying
 
 PROBE = """
 import json
-import torch
+from support.scenarios_fusion import eagle3_summary
 from support.tp import run_tp
-ranks = run_tp(2, "support.scenarios_fusion:eagle3_capture_on_off")
-t = torch.tensor
-off, on = [r["off"] for r in ranks], [r["on"] for r in ranks]
-print(json.dumps({
-    "n_aux": [len(off[0]["aux"]), len(on[0]["aux"])],
-    "fused_calls": [r["fused_calls"] for r in on],
-    "aux_diff": max(float((t(a) - t(b)).abs().max()) for a, b in zip(off[0]["aux"], on[0]["aux"])),
-    "rank_diff": max(float((t(a) - t(b)).abs().max()) for a, b in zip(on[0]["aux"], on[1]["aux"])),
-    "out_diff": float((t(off[0]["hidden"]) - t(on[0]["hidden"])).abs().max()),
-}))
+print(json.dumps(eagle3_summary(run_tp(2, "support.scenarios_fusion:eagle3_capture_on_off"))))
 """
 
 
@@ -47,4 +38,4 @@ def test_aux_capture_equal_with_fusion(base, patch_trees):
 @pytest.mark.parametrize("base", absorbed("P3"))
 def test_absorbed_upstream(base, patch_trees):
     """Where base.toml says upstream has the fix, the same scenario passes on the unpatched release."""
-    patch_trees.assert_absorbed(base, "sglang", PROBE, _problems)
+    patch_trees.assert_absorbed_fusion(base, "eagle3", _problems)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import carrying
+from .conftest import absorbed, carrying
 
 PROBE = """
 import json
@@ -38,3 +38,10 @@ def test_fallback_allreduces(base, patch_trees):
     r = patch_trees.assert_needs_patch(base, "P4", PROBE, _problems)
     # both variants are wrong without the patch, not just one
     assert all(_rank_problems(0, r["without"]["ranks"][0][v]) for v in VARIANTS)
+
+
+@pytest.mark.parametrize("base", absorbed("P4"))
+def test_absorbed_upstream(base, patch_trees):
+    """Where base.toml says upstream has the fix (0.5.23: the fallback all-reduces over the kernel's group),
+    the same scenario passes on the unpatched release."""
+    patch_trees.assert_absorbed_fusion(base, "fallback", _problems)

@@ -1,5 +1,6 @@
 """P7 (sglang): environment knobs for the all-reduce dispatch the tuner decides (symm-mem sizes, fused tokens),
-read by the patched server (CPU ranks, TP=2)."""
+read by the patched server (CPU ranks, TP=2). Both knob families are set at once and checked from one pair of
+ranks per tree (support.scenarios_knobs): each only reads its own variables."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import pytest
 
 from .conftest import carrying
 
-SYMM_PROBE = ("import json\nfrom support.tp import run_tp\n"
-              "res = run_tp(2, 'support.scenarios_symm_mem:communicator_cases', "
-              "{'cases': [dict(capability=(12, 0), p2p_atomics=True)]}, sglang_init=False)\n"
-              "print(json.dumps(res[0][0]))")
-SYMM_ENV = {"SGLANG_TORCH_SYMM_MEM_MAX_SIZE": str(256 * 1024), "SGLANG_TORCH_SYMM_MEM_ONESHOT_MAX_SIZE": "16384"}
+PROBE = """
+import json
+from support.tp import run_tp
+print(json.dumps(run_tp(2, "support.scenarios_knobs:allreduce_knob_cases")[0]))
+"""
+ENV = {"SGLANG_TORCH_SYMM_MEM_MAX_SIZE": str(256 * 1024), "SGLANG_TORCH_SYMM_MEM_ONESHOT_MAX_SIZE": "16384",
+       "SGLANG_FLASHINFER_ALLREDUCE_FUSION_MAX_TOKENS": "24"}
 
 
 def _symm_problems(r: dict) -> list[str]:
@@ -25,20 +28,8 @@ def _symm_problems(r: dict) -> list[str]:
     return p
 
 
-@pytest.mark.parametrize("base", carrying("P7"))
-def test_symm_mem_size_knobs(base, patch_trees):
-    patch_trees.assert_needs_patch(base, "P7", SYMM_PROBE, _symm_problems, env=SYMM_ENV)
-
-
-FUSION_PROBE = """
-import json
-from support.tp import run_tp
-print(json.dumps(run_tp(2, "support.scenarios_fusion:workspace_at_capture",
-                        {"cuda_graph_bs": [1, 2, 4, 8, 16], "draft_tokens": 3})[0]))
-"""
-
-
 def _fusion_problems(r: dict) -> list[str]:
+    """The knob lowers the cap P5 derives from the captured graphs (16 x 3 = 48) to 24 tokens."""
     p = []
     sizes = [c["max_token_num"] for c in r["calls"]]
     if sizes != [24]:
@@ -49,8 +40,21 @@ def _fusion_problems(r: dict) -> list[str]:
     return p
 
 
-@pytest.mark.parametrize("base", carrying("P7"))
-def test_fusion_token_knob(base, patch_trees):
-    """The knob lowers the cap P5 derives from the captured graphs (16 x 3 = 48) to 24 tokens."""
-    patch_trees.assert_needs_patch(base, "P7", FUSION_PROBE, _fusion_problems,
-                                   env={"SGLANG_FLASHINFER_ALLREDUCE_FUSION_MAX_TOKENS": "24"})
+def _problems(r: dict) -> list[str]:
+    return [f"symm-mem: {p}" for p in _symm_problems(r["symm"])] + \
+        [f"fusion: {p}" for p in _fusion_problems(r["fusion"])]
+
+
+@pytest.fixture(scope="module", params=carrying("P7"))
+def outcome(request, patch_trees):
+    return patch_trees.assert_needs_patch(request.param, "P7", PROBE, _problems, env=ENV)
+
+
+def test_symm_mem_size_knobs(outcome):
+    assert _symm_problems(outcome["with"]["symm"]) == []
+    assert _symm_problems(outcome["without"]["symm"]), "upstream ignores the symm-mem knobs"
+
+
+def test_fusion_token_knob(outcome):
+    assert _fusion_problems(outcome["with"]["fusion"]) == []
+    assert _fusion_problems(outcome["without"]["fusion"]), "upstream ignores the fusion token knob"

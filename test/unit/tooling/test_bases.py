@@ -67,6 +67,10 @@ def test_good_base_loads(tmp_path):
     (lambda t: t.replace('package = "sglang"', 'package = "vllm"'), "has no path layout"),
     (lambda t: t.replace("sglang-0.0.1-py3", "sglang-0.0.2-py3"), "is not sglang 0.0.1"),
     (lambda t: t + "\n[[[", "not valid TOML"),
+    (lambda t: t.replace('default = true', 'default = true\nabsorbed = { P3 = "PR #1" }'),
+     "absorbed.P3 = 'PR #1': must start with the upstream release"),
+    (lambda t: t.replace('default = true', 'default = true\nabsorbed = { P3 = "vllm 0.1 (x)" }'),
+     "absorbed.P3 = 'vllm 0.1 (x)'"),
 ])
 def test_bad_base_names_file_and_key(tmp_path, mutation, needle):
     d = _write(tmp_path, mutation(GOOD % ("a" * 64)))
@@ -86,3 +90,16 @@ def test_two_defaults_rejected(tmp_path):
 def test_unknown_base_lists_the_known_ones(tiny_base):
     with pytest.raises(UserError, match=r"unknown base '0.0.0' \(known: 9.9.9\)"):
         get_base("0.0.0")
+
+
+def test_absorbed_says_since_which_release(tmp_path):
+    b = load_base(_write(tmp_path, (GOOD % ("a" * 64)).replace(
+        "default = true", 'default = true\nabsorbed = { P4 = "sglang 0.5.23+ (layernorm fallback)" }')))
+    assert b.absorbed_since("P4") == ("sglang", "0.5.23")
+
+
+def test_real_tree_absorbed_facts(monkeypatch):
+    monkeypatch.delenv("SGLANG_BLACKWELL_PATCHES", raising=False)
+    b = get_base("0.5.23")
+    assert {lid: b.absorbed_since(lid) for lid in b.absorbed} == {
+        "P1": ("flashinfer-python", "0.6.17"), "P3": ("sglang", "0.5.14"), "P4": ("sglang", "0.5.23")}

@@ -112,12 +112,12 @@ def test_default_base_wheels_carry_the_series(tmp_path, monkeypatch):
     base = get_base(None)
     built, manifest = build(base, tmp_path / "dist")
     names = sorted(w.path.name for w in built)
-    lb = base.local_label  # bumped when the series changes (LABEL.lock)
-    assert names == [f"flashinfer_python-0.6.4+{lb}-py3-none-any.whl", f"sglang-0.5.9+{lb}-py3-none-any.whl"]
+    label = base.local_label  # sm120.N: bumped whenever the series changes (labellock.py)
+    assert names == [f"flashinfer_python-0.6.4+{label}-py3-none-any.whl", f"sglang-0.5.9+{label}-py3-none-any.whl"]
     for w in built:
         assert check_record(w.path) == [] and wheel_version_ok(w.path)
     with zipfile.ZipFile(tmp_path / "dist" / names[1]) as z:
-        meta = z.read(f"sglang-0.5.9+{lb}.dist-info/METADATA").decode()
+        meta = z.read(f"sglang-0.5.9+{label}.dist-info/METADATA").decode()
         assert "_is_sm120_supported = _is_cuda and is_sm120_supported()" in z.read(
             "sglang/srt/layers/communicator.py").decode()
     assert "Requires-Dist: flashinfer_python==0.6.4" in meta and "Requires-Dist: flashinfer_cubin==0.6.4" in meta

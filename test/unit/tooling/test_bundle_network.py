@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_blackwell.bases import get_base
+from sglang_blackwell.bases import get_base, load_base
 from sglang_blackwell.bundle import BundleOptions, make_bundle
 from sglang_blackwell.deps import read_pins
 from sglang_blackwell.paths import repo_root
@@ -24,6 +24,8 @@ from .bundle_fixtures import kernel_wheel, run_install
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 LAB = (repo_root() or Path(__file__).resolve().parents[3]) / "benchmark" / "lab"
+# our wheels' local label (sm120.N): bumped whenever the series changes, so read, never typed
+LABEL = load_base(Path(__file__).resolve().parents[3] / "patches" / "0.5.14").local_label
 
 
 def _python312() -> str | None:
@@ -45,8 +47,7 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     res = make_bundle(get_base("0.5.14"), tmp_path / "whl", opts)
     m = res.manifest
     patched = {f["distribution"]: f["version"] for f in m["files"] if f["kind"] == "patched"}
-    lb = get_base("0.5.14").local_label
-    assert patched == {"sglang": f"0.5.14+{lb}", "flashinfer-python": f"0.6.12+{lb}"}
+    assert patched == {"sglang": f"0.5.14+{LABEL}", "flashinfer-python": f"0.6.12+{LABEL}"}
     (kernel,) = [f for f in m["files"] if f["kind"] == "kernel"]
     assert kernel["version"] == "0.4.4+stripped.fa3.flashmla.sm100" and kernel["upstream"]["pinned"] is False
     deps = {f["distribution"]: f["version"] for f in m["files"] if f["kind"] == "dependency"}
@@ -73,6 +74,6 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     probe = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
              "('sglang', 'flashinfer-python', 'sglang-kernel', 'transformers', 'tokenizers')}))")
     out = subprocess.run([py, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
-    assert json.loads(out.stdout) == {"sglang": f"0.5.14+{lb}", "flashinfer-python": f"0.6.12+{lb}",
+    assert json.loads(out.stdout) == {"sglang": f"0.5.14+{LABEL}", "flashinfer-python": f"0.6.12+{LABEL}",
                                       "sglang-kernel": "0.4.4+stripped.fa3.flashmla.sm100",
                                       "transformers": "5.8.1", "tokenizers": "0.22.2"}, out.stderr

@@ -8,16 +8,19 @@ import os
 import subprocess
 import sys
 import venv
+from pathlib import Path
 
 import pytest
 
-from sglang_blackwell.bases import get_base
+from sglang_blackwell.bases import get_base, load_base
 from sglang_blackwell.build import build
 from sglang_blackwell.index import build_index
 from sglang_blackwell.install import install
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
+# our wheels' local label (sm120.N): bumped whenever the series changes, so read, never typed
+LABEL = load_base(Path(__file__).resolve().parents[3] / "patches" / "0.5.9").local_label
 VERSIONS = ("import importlib.metadata as m, json; "
             "print(json.dumps({d: m.version(d) for d in ('sglang', 'flashinfer-python')}))")
 
@@ -53,7 +56,7 @@ def test_wheels_install_and_report_local_version_then_roll_back(real_build, fres
     base, dist = real_build
     cmd = install(base, dist, python_exe=str(fresh_venv), no_deps=True)
     assert "--no-deps" in cmd
-    assert _versions(fresh_venv) == ours(base)
+    assert _versions(fresh_venv) == {"sglang": f"0.5.9+{LABEL}", "flashinfer-python": f"0.6.4+{LABEL}"}
     marker = subprocess.run(
         [str(fresh_venv), "-c", "import importlib.metadata as m; print(m.distribution('sglang')"
                                 ".read_text('sglang_blackwell.json'))"], capture_output=True, text=True).stdout
@@ -66,10 +69,10 @@ def test_pep503_index_serves_the_wheels_to_pip(real_build, fresh_venv, tmp_path)
     base, dist = real_build
     simple = build_index(sorted(dist.glob("*.whl")), tmp_path / "index")
     r = subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir",
-                        "--index-url", f"file://{simple}", f"sglang==0.5.9+{base.local_label}", "flashinfer-python"],
+                        "--index-url", f"file://{simple}", f"sglang==0.5.9+{LABEL}", "flashinfer-python"],
                        capture_output=True, text=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
     assert r.returncode == 0, r.stderr
-    assert _versions(fresh_venv) == ours(base)
+    assert _versions(fresh_venv) == {"sglang": f"0.5.9+{LABEL}", "flashinfer-python": f"0.6.4+{LABEL}"}
 
 
 def test_full_install_asks_for_the_cuda13_runtime(real_build):
@@ -78,4 +81,4 @@ def test_full_install_asks_for_the_cuda13_runtime(real_build):
     assert "torch==2.9.1+cu130" in cmd
     assert any(c.startswith("sgl-kernel @ https://github.com/sgl-project/whl/releases/download/v0.3.21/") for c in cmd)
     assert cmd[cmd.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu130"
-    assert any(c.endswith(f"sglang-0.5.9+{base.local_label}-py3-none-any.whl") for c in cmd)
+    assert any(c.endswith(f"sglang-0.5.9+{LABEL}-py3-none-any.whl") for c in cmd)
