@@ -13,7 +13,11 @@
 #
 #   step 5  (nothing)      one more repeat of lab-synthetic, bench allreduce --tune (no GPU test), serve with it
 #
-#   bash benchmark/lab/session.sh step1|step2|step3|step4|step5     (SKIP_DOCTOR=1: step 1 without the doctor)
+#   bench   (carry .whl/c2 on a fresh step-1 machine) install the bundle if not yet installed, then REPEATS
+#                          (default 1) trained repeats of lab-synthetic (DEADLINE_TRAINED, default 500 s) and, with
+#                          UNTRAINED=1, lab-synthetic-untrained (DEADLINE_UNTRAINED, default 200 s)
+#
+#   bash benchmark/lab/session.sh step1|step2|step3|step4|step5|bench     (SKIP_DOCTOR=1: step 1 without the doctor)
 #
 # The machine must stay warm between the steps: /tmp/bundle, /tmp/site, /tmp/lab and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -81,7 +85,27 @@ step5() {  # a later repeat of the trained benchmark + the tuned table through `
   tar -czf "$OUT/step5.tar.gz" -C $o .
 }
 
+bench() {  # install the bundle if this machine has not (carry .whl/c2), then N trained repeats [+ the untrained check]
+  local o=/tmp/ob; rm -rf $o; mkdir -p $o
+  if [ ! -f /tmp/site/.sglang-blackwell-bundle.json ]; then
+    bash .whl/c2/install.sh --stage /tmp/bundle --target /tmp/site > $o/install.log 2>&1 || { tail $o/install.log; return 3; }
+    log "bundle installed into /tmp/site"
+  fi
+  if [ "${REPEATS:-1}" -gt 0 ]; then
+    OUT=$o/trained DEADLINE=${DEADLINE_TRAINED:-500} bash benchmark/lab/bench_eagle3.sh benchmark/lab-synthetic.toml \
+      --repeats "${REPEATS:-1}" > $o/trained.log 2>&1
+    log "lab-synthetic x${REPEATS:-1}: exit $?"; tail -25 $o/trained.log
+  fi
+  if [ "${UNTRAINED:-0}" = 1 ]; then
+    OUT=$o/untrained DEADLINE=${DEADLINE_UNTRAINED:-200} bash benchmark/lab/bench_eagle3.sh \
+      benchmark/lab-synthetic-untrained.toml > $o/untrained.log 2>&1
+    log "lab-synthetic-untrained: exit $? (must be 1: verdict failed)"; tail -12 $o/untrained.log
+  fi
+  tar -czf "$OUT/bench.tar.gz" -C $o .
+}
+
 case "${1:-}" in
+  bench) bench; rc=$?; log "bench done: exit $rc"; ls -la "$OUT"; exit $rc ;;
   step1|step2|step3|step4|step5) "$1"; rc=$?; log "$1 done: exit $rc"; ls -la "$OUT"; exit $rc ;;
   *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac

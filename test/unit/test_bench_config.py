@@ -42,6 +42,20 @@ def test_lab_config_matches_the_lab_line() -> None:
     assert "dummy" in untrained.arms["eagle3"].args
 
 
+def test_untrained_config_differs_from_the_trained_one_only_in_the_draft_weights() -> None:
+    trained = load_config(BENCHMARK / "lab-synthetic.toml")
+    untrained = load_config(BENCHMARK / "lab-synthetic-untrained.toml")
+    assert untrained.server == trained.server and untrained.speculative_args == trained.speculative_args
+    assert untrained.arms["baseline"] == trained.arms["baseline"]
+    extra = list(untrained.arms["eagle3"].args)
+    for a in trained.arms["eagle3"].args:
+        extra.remove(a)
+    assert extra == ["--speculative-draft-load-format", "dummy"]
+    assert (untrained.workload.prompts, untrained.workload.output_len, untrained.workload.concurrency) == (
+        trained.workload.prompts, trained.workload.output_len, trained.workload.concurrency)
+    assert untrained.verdict.expect_accept_len == trained.verdict.expect_accept_len
+
+
 def test_llama_prompts_get_the_chat_template() -> None:
     cfg = load_config(BENCHMARK / "llama-3.1-8b-eagle3.toml")
     assert set(cfg.arms) == {"baseline", "eagle3"}
