@@ -120,6 +120,8 @@ def test_fusion_prefers_profiled_verify_time_and_can_be_required() -> None:
     assert f["round_ms_on"] == 2.8 and f["round_ms_off"] == 3.0
     assert out["passed"]
     assert out["table"][0]["break_even_profiled"] == pytest.approx((0.5 + 1.0) / 1.0)
+    # profiles recorded before the all-reduce share was measured carry none: reported as unknown
+    assert f["verify_allreduce_norm_ms_on"] is None and f["verify_allreduce_norm_ms_off"] is None
     # CPU-side spans only (no CUDA activity in the trace): not GPU time, not used
     for r in runs:
         r["profile"] = dict(r["profile"], source="CPU-side spans only (no GPU events)")
@@ -148,3 +150,25 @@ def test_summary_fields() -> None:
 def test_interleaving_order() -> None:
     assert interleaved(["a", "b", "c"], 2) == [(1, "a"), (1, "b"), (1, "c"), (2, "a"), (2, "b"), (2, "c")]
     assert interleaved(["a"], 3) == [(1, "a"), (2, "a"), (3, "a")]
+
+
+def test_fusion_reports_the_allreduce_and_norm_time_inside_verify() -> None:
+    def prof(verify_ms: float, ar: float, norm: float) -> dict:
+        return {"source": "GPU", "stages": {"verify": {"median_ms": verify_ms, "allreduce_ms": ar,
+                                                       "allreduce_calls": 21, "add_rmsnorm_ms": norm}}}
+
+    runs = [run("baseline", 500, step_ms=2.0),
+            run("eagle3", 800, step_ms=3.0, accept=2.8, profile=prof(3.2, 0.17, 0.06)),
+            dict(run("eagle3", 790, step_ms=3.0, accept=2.8, profile=prof(3.3, 0.19, 0.06)), repeat=2),
+            dict(run("eagle3", 810, step_ms=3.0, accept=2.8, profile={"source": "GPU", "stages": {
+                "verify": {"median_ms": 3.1}}}), repeat=3),  # an older run: no all-reduce share, left out
+            run("eagle3+fusion", 850, step_ms=2.8, accept=2.8, profile=prof(3.1, 0.13, 0.0))]
+    v = VerdictSpec(**{**V.__dict__, "fusion_on": "eagle3+fusion", "fusion_off": "eagle3"})
+    agg = aggregate(runs, ["baseline", "eagle3", "eagle3+fusion"], (1,))
+    assert agg["eagle3"]["profile_allreduce_norm_ms"]["verify"]["values"] == [0.23, 0.25]
+    out = evaluate(agg, v, (1,))
+    f = out["fusion"]
+    assert f["verify_allreduce_norm_ms_off"] == pytest.approx(0.24) and f["verify_allreduce_norm_ms_on"] == 0.13
+    assert f["verify_ms_off"] == 3.2  # all three runs count for the step time itself
+    s = summary(agg, out, v, machine="m", tp=2, config="c")
+    assert s["verify_allreduce_norm_ms_fusion_off"] == pytest.approx(0.24)

@@ -67,7 +67,9 @@ MEASUREMENT = {
                "gap between two requests only reads high; sglang's bench_speculative takes the same "
                "percentile); step_ms_median alongside",
     "profile_ms": "optional torch profiler window (/start_profile): GPU time of SGLang's spans step[DECODE], "
-                  "step[TARGET_VERIFY], draft, draft_extend (0.5.14+)",
+                  "step[TARGET_VERIFY], draft, draft_extend (0.5.14+), one window over all streams per step; "
+                  "inside it, GPU time of the all-reduce kernels (FlashInfer fused AR+residual+RMSNorm or "
+                  "NCCL; includes waiting for the peer rank) and of the separate residual-add+RMSNorm",
 }
 
 Progress = Callable[[str], None]
@@ -396,7 +398,11 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any],
         path = _wait_trace(tmp, cfg.profile.timeout_s)
         res = trace.stage_times(trace.load_trace(path))
         res.update(steps=steps, trace_bytes=path.stat().st_size)
-        progress("  profile: " + ", ".join(f"{s} {v['median_ms']:.3f} ms" for s, v in res["stages"].items())
+        progress("  profile: " + ", ".join(
+            f"{s} {v['median_ms']:.3f} ms" + (f" (all-reduce {v['allreduce_ms']:.3f} ms in {v['allreduce_calls']:g}"
+                                             f" calls, add+RMSNorm {v['add_rmsnorm_ms']:.3f} ms)"
+                                             if "allreduce_ms" in v else "")
+            for s, v in res["stages"].items())
                  + f" [{res['source']}]")
         return res
     except Exception as e:  # a profiler problem must not cost the measurement
@@ -528,6 +534,8 @@ def report_text(receipt: dict[str, Any]) -> str:
         lines.append(f"fusion {f['on']} vs {f['off']} at c={f['concurrency']}: "
                      f"verify ms {_fmt(f['verify_ms_on'])} vs {_fmt(f['verify_ms_off'])}, "
                      f"round ms {_fmt(f['round_ms_on'])} vs {_fmt(f['round_ms_off'])}, "
+                     f"all-reduce+norm kernels in verify ms {_fmt(f.get('verify_allreduce_norm_ms_on'))} vs "
+                     f"{_fmt(f.get('verify_allreduce_norm_ms_off'))}, "
                      f"gain {_fmt(f['gain'])} ({f['gain_basis']})")
     for r in v["reasons"]:
         lines.append(f"reason: {r}")

@@ -5,16 +5,23 @@ GPU time of a span comes from the "gpu_user_annotation" events the CUDA profiler
 record_function range (first kernel start to last kernel end of the work launched inside it). Where a trace
 holds no GPU annotations (no CUDA activity recorded), the CPU-side "user_annotation" durations are used and
 the result says so: with CUDA graphs and overlap scheduling those measure launch time, not GPU time.
+
+Inside each GPU window it also sums the kernels that fusion is about: all-reduce kernels (FlashInfer's fused
+AR+residual+RMSNorm, or NCCL's all-reduce) and the separate residual-add+RMSNorm kernel that the fused one
+replaces. That is how much of a verify step the communication costs, and what fusion can save at most.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from sglang_blackwell.bench.trace_kernels import FUSED_ALLREDUCE_KERNEL, NCCL_ALLREDUCE_KERNEL
 
 STAGES: dict[str, Callable[[str], bool]] = {
     "decode": lambda n: n.startswith("step[DECODE"),
@@ -22,6 +29,9 @@ STAGES: dict[str, Callable[[str], bool]] = {
     "draft": lambda n: n == "draft",
     "draft_extend": lambda n: n == "draft_extend",
 }
+
+# FlashInfer's residual-add + RMSNorm (norm.cuh FusedAddRMSNormKernel); sgl-kernel ships the same kernel name
+ADD_RMSNORM_KERNEL = re.compile(r"FusedAddRMSNorm")
 
 
 def load_trace(path: Path) -> list[dict[str, Any]]:
@@ -50,14 +60,44 @@ def stage_times(events: list[dict[str, Any]]) -> dict[str, Any]:
                 ext = (e.get("args") or {}).get("External id")
                 key = (stage, name, ext if ext is not None else f"event{i}")
                 t0, t1 = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-                w = windows[cat].setdefault(key, [t0, t1])
+                w = windows[cat].setdefault(key, [t0, t1, e.get("pid")])
                 w[0], w[1] = min(w[0], t0), max(w[1], t1)
     cat = "gpu_user_annotation" if windows["gpu_user_annotation"] else "user_annotation"
-    by_stage: dict[str, list[float]] = {}
-    for (stage, _, _), (t0, t1) in windows[cat].items():
-        by_stage.setdefault(stage, []).append((t1 - t0) / 1e3)  # us -> ms
-    stages = {s: {"median_ms": round(statistics.median(v), 4), "min_ms": round(min(v), 4), "n": len(v)}
-              for s, v in by_stage.items()}
     gpu = cat == "gpu_user_annotation"
+    comm = _comm_kernels(events) if gpu else {}
+    by_stage: dict[str, list[float]] = {}
+    parts: dict[str, dict[str, list[float]]] = {}
+    for (stage, _, _), (t0, t1, dev) in windows[cat].items():
+        by_stage.setdefault(stage, []).append((t1 - t0) / 1e3)  # us -> ms
+        if gpu:
+            p = parts.setdefault(stage, {"allreduce": [], "allreduce_calls": [], "add_rmsnorm": []})
+            ks = [k for k in comm.get(dev, []) if t0 <= k[0] < t1]
+            p["allreduce"].append(sum(d for _, d, kind in ks if kind == "allreduce") / 1e3)
+            p["allreduce_calls"].append(sum(1 for *_, kind in ks if kind == "allreduce"))
+            p["add_rmsnorm"].append(sum(d for _, d, kind in ks if kind == "add_rmsnorm") / 1e3)
+    stages: dict[str, dict[str, Any]] = {
+        s: {"median_ms": round(statistics.median(v), 4), "min_ms": round(min(v), 4), "n": len(v)}
+        for s, v in by_stage.items()}
+    for s, p in parts.items():
+        stages[s].update({"allreduce_ms": round(statistics.median(p["allreduce"]), 4),
+                          "allreduce_calls": statistics.median(p["allreduce_calls"]),
+                          "add_rmsnorm_ms": round(statistics.median(p["add_rmsnorm"]), 4)})
     source = "GPU (gpu_user_annotation, window over streams)" if gpu else "CPU-side spans only (no GPU events)"
     return {"source": source if stages else "no SGLang step spans in the trace", "stages": stages}
+
+
+def _comm_kernels(events: list[dict[str, Any]]) -> dict[Any, list[tuple[float, float, str]]]:
+    """(start us, duration us, "allreduce" | "add_rmsnorm") of the kernels fusion is about, per device (pid)."""
+    out: dict[Any, list[tuple[float, float, str]]] = {}
+    for e in events:
+        name = e.get("name")
+        if e.get("cat") != "kernel" or e.get("ph") != "X" or not isinstance(name, str) or "dur" not in e:
+            continue
+        if FUSED_ALLREDUCE_KERNEL.search(name) or NCCL_ALLREDUCE_KERNEL.search(name):
+            kind = "allreduce"
+        elif ADD_RMSNORM_KERNEL.search(name):
+            kind = "add_rmsnorm"
+        else:
+            continue
+        out.setdefault(e.get("pid"), []).append((float(e["ts"]), float(e["dur"]), kind))
+    return out

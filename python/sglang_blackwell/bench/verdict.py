@@ -46,8 +46,13 @@ def aggregate(runs: list[dict[str, Any]], arms: list[str], concurrency: tuple[in
         profiles = [r["profile"] for r in ok if (r.get("profile") or {}).get("stages")]
         prof = [p["stages"] for p in profiles if str(p.get("source")).startswith("GPU")]
         stages = sorted({s for p in prof for s in p})
+        # all-reduce + residual-add/RMSNorm kernel time inside each stage (what fusion acts on); runs recorded
+        # before trace.stage_times measured it have none
+        comm = {s: spread([p[s]["allreduce_ms"] + p[s]["add_rmsnorm_ms"] for p in prof
+                           if "allreduce_ms" in p.get(s, {})]) for s in stages}
         out[arm] = {"levels": per_c, "runs": len(ok),
-                    "profile_ms": {s: spread([p[s]["median_ms"] for p in prof if s in p]) for s in stages}}
+                    "profile_ms": {s: spread([p[s]["median_ms"] for p in prof if s in p]) for s in stages},
+                    "profile_allreduce_norm_ms": {s: v for s, v in comm.items() if v}}
     return out
 
 
@@ -173,8 +178,8 @@ def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
     c = min(concurrency)
     on, off = agg.get(v.fusion_on, {}), agg.get(v.fusion_off, {})
 
-    def verify(a: dict[str, Any]) -> float | None:
-        s = (a.get("profile_ms") or {}).get("verify")
+    def verify(a: dict[str, Any], key: str = "profile_ms") -> float | None:
+        s = (a.get(key) or {}).get("verify")
         return s["median"] if s else None
 
     round_on = _median(_vals(agg, v.fusion_on, c, "step_ms"))
@@ -188,6 +193,8 @@ def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
         gain, basis = None, None
     out = {"concurrency": c, "on": v.fusion_on, "off": v.fusion_off,
            "verify_ms_on": ver_on, "verify_ms_off": ver_off,
+           "verify_allreduce_norm_ms_on": verify(on, "profile_allreduce_norm_ms"),
+           "verify_allreduce_norm_ms_off": verify(off, "profile_allreduce_norm_ms"),
            "round_ms_on": round(round_on, 4) if round_on else None,
            "round_ms_off": round(round_off, 4) if round_off else None,
            "gain": round(gain, 4) if gain is not None else None, "gain_basis": basis,
@@ -214,5 +221,7 @@ def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, mac
         "accept_len": c1.get("accept_len"), "break_even_accept_len": c1.get("break_even_accept_len"),
         "verify_ms_fusion_on": f.get("verify_ms_on"), "verify_ms_fusion_off": f.get("verify_ms_off"),
         "round_ms_fusion_on": f.get("round_ms_on"), "round_ms_fusion_off": f.get("round_ms_off"),
+        "verify_allreduce_norm_ms_fusion_on": f.get("verify_allreduce_norm_ms_on"),
+        "verify_allreduce_norm_ms_fusion_off": f.get("verify_allreduce_norm_ms_off"),
         "passed": verdict["passed"],
     }
