@@ -9,6 +9,9 @@ should conclude.
                           (the latter only with SGLANG_RECORD_STEP_TIME=1, like SGLang)
   POST /set_internal_state  resets the spec accept totals
   GET|POST /flush_cache   200
+  POST /start_profile     with FAKE_TRACE (a real profiler trace file): copies it into output_dir as rank 0's
+                          trace, named like SGLang's (<prefix>-<time>-TP-0.trace.json[.gz]); else 400
+  POST /stop_profile      200
 Speeds: one prefill (FAKE_PREFILL_MS) yields the first token; then a non-speculative server makes one token
 per FAKE_STEP_MS, a speculative one (--speculative-algorithm given) FAKE_ACCEPT_LEN tokens per FAKE_ROUND_MS
 round.
@@ -131,6 +134,17 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, [True])
         if self.path == "/generate":
             return self.generate(body)
+        if self.path == "/start_profile":
+            src = os.environ.get("FAKE_TRACE")
+            if not src:
+                return self._send(400, {"error": {"message": "profiling is not enabled (no FAKE_TRACE)"}})
+            suffix = ".trace.json.gz" if src.endswith(".gz") else ".trace.json"
+            name = f"{body.get('profile_prefix', '')}-{time.time()}-TP-0{suffix}"
+            with open(src, "rb") as f, open(os.path.join(body["output_dir"], name), "wb") as g:
+                g.write(f.read())
+            return self._send(200, "Start profiling.\n", "text/plain")
+        if self.path == "/stop_profile":
+            return self._send(200, "Stop profiling.\n", "text/plain")
         return self._send(404, {"detail": "Not Found"})
 
     def generate(self, body):

@@ -83,6 +83,33 @@ def test_launch_mode_fast_eagle3_passes(tmp_path: Path, capsys: pytest.CaptureFi
     assert "measured with a different config" in capsys.readouterr().err
 
 
+def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # the fake servers hand out real rank-0 traces of the lab (2x H200, 10-layer pair, fusion off and on): the
+    # receipt gets verify GPU time and the all-reduce + add/RMSNorm time inside it, and each trace is kept
+    # next to its server log
+    data = Path(__file__).resolve().parents[1] / "data"
+    off = {"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3",
+           "FAKE_TRACE": str(data / "lab-h200x2-eagle3-fusion-off-TP-0.trace.json.gz")}
+    on = {**off, "FAKE_TRACE": str(data / "lab-h200x2-eagle3-fusion-on-TP-0.trace.json.gz")}
+    cfg = write_config(tmp_path, eagle_env=off, fusion_env=on, repeats=1, concurrency="[1]",
+                       extra='[profile]\nsteps = 2\narms = ["eagle3", "eagle3+fusion"]\ntimeout_s = 20\n')
+    out = tmp_path / "out"
+    assert bench("--config", str(cfg), "--out", str(out)) == 0
+    assert "all-reduce+norm kernels in verify ms 0.31 vs 0.23" in capsys.readouterr().out
+    r = json.loads(only(out, "bench-eagle3_fake_*.json").read_text())
+    assert validate_receipt(r) == []
+    s = r["summary"]
+    assert 2.7 < s["verify_ms_fusion_off"] < 2.9 and 3.1 < s["verify_ms_fusion_on"] < 3.3
+    assert s["verify_allreduce_norm_ms_fusion_off"] == pytest.approx(0.1672 + 0.0601, abs=1e-3)
+    assert s["verify_allreduce_norm_ms_fusion_on"] == pytest.approx(0.3075 + 0.003, abs=1e-3)
+    runs = {x["arm"]: x for x in r["runs"]}
+    assert runs["baseline"]["profile"] is None  # not in [profile] arms
+    for arm in ("eagle3", "eagle3+fusion"):
+        kept = Path(runs[arm]["log"]).with_name(runs[arm]["profile"]["trace"])
+        assert kept.name.endswith(".trace.json.gz") and kept.stat().st_size == runs[arm]["profile"]["trace_bytes"]
+
+
 def test_launch_mode_slow_eagle3_fails_on_acceptance(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     # 1.1 tokens per 7 ms round vs 1 token per 4 ms: ~0.6x (a loaded CI machine cannot flip that)

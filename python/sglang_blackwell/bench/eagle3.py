@@ -385,8 +385,10 @@ def _flush_cache(url: str) -> None:
 
 def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any],
                    progress: Progress) -> dict[str, Any]:
-    """Torch profiler over cfg.profile.steps forward batches of one request; parse rank 0's trace, delete it.
-    The server writes the trace, so this works for servers on this machine only."""
+    """Torch profiler over cfg.profile.steps forward batches of one request; parse rank 0's trace and keep it
+    next to the server log (<log stem>.trace.json.gz, for kernel-level reading later; gzipped as sglang writes
+    it), or delete it when there is no log (--attach). The server writes the trace, so this works for servers
+    on this machine only."""
     steps = cfg.profile.steps
     per_step = int(info.get("speculative_num_draft_tokens") or 1)
     tmp = Path(tempfile.mkdtemp(prefix="sgl-bench-profile-"))
@@ -398,6 +400,10 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any],
         path = _wait_trace(tmp, cfg.profile.timeout_s)
         res = trace.stage_times(trace.load_trace(path))
         res.update(steps=steps, trace_bytes=path.stat().st_size)
+        if server.log_path is not None:
+            kept = server.log_path.with_suffix(".trace.json" + (".gz" if path.name.endswith(".gz") else ""))
+            shutil.copyfile(path, kept)
+            res["trace"] = kept.name
         progress("  profile: " + ", ".join(
             f"{s} {v['median_ms']:.3f} ms" + (f" (all-reduce {v['allreduce_ms']:.3f} ms in {v['allreduce_calls']:g}"
                                              f" calls, add+RMSNorm {v['add_rmsnorm_ms']:.3f} ms)"
