@@ -1,23 +1,99 @@
-"""Run a probe script against chosen upstream trees in a fresh interpreter (module-level state of the code
+"""Run a probe script against chosen upstream trees in a fresh interpreter state (module-level state of the code
 under test, e.g. `_is_sm120_supported`, is computed at import time, so every scenario needs its own process).
 
 The probe prints one JSON object on its last stdout line; `run_probe` returns it.
+
+How a probe process starts. Most of a probe's cost is importing what sglang imports (torch, transformers, openai,
+sympy, ...: ~10 s of CPU on a CI core, sglang's own modules ~1 s). So one zygote process per test session imports
+those third-party modules once (never sglang or flashinfer: they come from the trees) and forks a child per probe.
+The child takes the probe's environment and puts the probe's trees first on sys.path, exactly where PYTHONPATH
+would put them, then runs the code as `python -c` would (`__main__`). `SGLB_PROBE_ZYGOTE=0` gives every probe a
+fresh interpreter instead, as before.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 SUPPORT = Path(__file__).resolve().parent
 SHIMS = SUPPORT / "shims"
+ZYGOTE_ENV = "SGLB_PROBE_ZYGOTE"
+
+# What sglang 0.5.x imports from third parties at `import sglang.srt...` time, heaviest first (python -X importtime
+# on the CPU test environment). Missing ones are skipped. Never sglang, flashinfer, sgl_kernel or support.*.
+PRELOAD = ("torch", "torch.distributed", "torch.multiprocessing", "torch._dynamo", "torch._inductor.compile_fx",
+           "torch.export", "torch.distributed.fsdp", "transformers", "transformers.masking_utils",
+           "transformers.modeling_utils", "transformers.configuration_utils", "transformers.modeling_layers",
+           "transformers.processing_utils", "transformers.models.llama", "openai", "openai.types.responses",
+           "sympy", "networkx", "triton", "numpy", "aiohttp", "aiohttp.client", "httpx", "requests",
+           "huggingface_hub", "compressed_tensors", "IPython", "safetensors", "psutil", "zmq", "orjson", "PIL",
+           "einops", "gguf", "pynvml", "msgspec", "partial_json_parser", "jinja2", "sentencepiece", "pydantic")
+
+ZYGOTE = r'''
+import importlib, json, os, sys, traceback, warnings
+proto_in = os.fdopen(os.dup(0), "r")
+proto_out = os.fdopen(os.dup(1), "w", buffering=1)
+devnull = os.open(os.devnull, os.O_RDWR)
+os.dup2(devnull, 0); os.dup2(devnull, 1)  # stray output of the preloads must not reach the protocol
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    for m in PRELOAD:
+        try:
+            importlib.import_module(m)
+        except Exception:
+            pass
+base_path = list(sys.path)
+proto_out.write(json.dumps({"ready": len(sys.modules)}) + "\n")
+for line in proto_in:
+    req = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            os.setsid()
+            proto_in.close(); proto_out.close()
+            out = os.open(req["stdout"], os.O_WRONLY | os.O_TRUNC)
+            err = os.open(req["stderr"], os.O_WRONLY | os.O_TRUNC)
+            os.dup2(out, 1); os.dup2(err, 2); os.close(out); os.close(err)
+            os.environ.clear(); os.environ.update(req["env"])
+            sys.path[:] = [""] + req["trees"] + base_path[1:]
+            importlib.invalidate_caches()
+            sys.argv = ["-c"]
+            main = type(sys)("__main__")
+            sys.modules["__main__"] = main
+            try:
+                exec(compile(req["code"], "<string>", "exec"), main.__dict__)
+                rc = 0
+            except SystemExit as e:
+                if e.code is None or isinstance(e.code, int):
+                    rc = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr); rc = 1
+            except BaseException:
+                traceback.print_exc(); rc = 1
+        finally:
+            try:
+                sys.stdout.flush(); sys.stderr.flush()
+            finally:
+                os._exit(rc)
+    proto_out.write(json.dumps({"pid": pid}) + "\n")
+    _, status = os.waitpid(pid, 0)
+    proto_out.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+'''
 
 
-def run_probe(trees: list[Path], code: str, *, env: dict[str, str] | None = None, timeout: int = 240) -> dict:
+def _env(trees: list[Path], env: dict[str, str] | None) -> dict[str, str]:
     # the CPU test environment has neither torchvision nor sgl_kernel: import-only stand-ins (shims/)
     path = [str(t) for t in trees] + [str(SUPPORT.parent), str(SHIMS)]
     full_env = dict(os.environ)
@@ -25,14 +101,80 @@ def run_probe(trees: list[Path], code: str, *, env: dict[str, str] | None = None
     full_env.update(env or {})
     full_env["PYTHONPATH"] = os.pathsep.join(path)
     full_env.setdefault("SGLANG_BLACKWELL_TEST", "1")
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                       env=full_env, timeout=timeout)
-    lines = [ln for ln in r.stdout.strip().splitlines() if ln.startswith("{")]
-    if r.returncode != 0 or not lines:
-        raise ProbeError(f"probe exited {r.returncode}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n"
-                         f"{r.stderr[-6000:]}")
+    return full_env
+
+
+def run_probe(trees: list[Path], code: str, *, env: dict[str, str] | None = None, timeout: int = 240) -> dict:
+    full_env = _env(trees, env)
+    code = textwrap.dedent(code)
+    zygote = _zygote() if os.environ.get(ZYGOTE_ENV, "1") != "0" else None
+    if zygote is not None:
+        rc, stdout, stderr = zygote.run([str(t) for t in trees], code, full_env, timeout)
+    else:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
+                           timeout=timeout)
+        rc, stdout, stderr = r.returncode, r.stdout, r.stderr
+    lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
+    if rc != 0 or not lines:
+        raise ProbeError(f"probe exited {rc}\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-6000:]}")
     return json.loads(lines[-1])
 
 
 class ProbeError(RuntimeError):
     pass
+
+
+class _Zygote:
+    def __init__(self) -> None:
+        env = _env([], None)
+        code = f"PRELOAD = {PRELOAD!r}\n" + ZYGOTE
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        self.dir = tempfile.mkdtemp(prefix="sglb-probe-")
+        ready = self._read(300)
+        if "ready" not in ready:
+            raise ProbeError(f"probe zygote did not start: {ready}")
+
+    def _read(self, timeout: float) -> dict:
+        assert self.proc.stdout is not None
+        r, _, _ = select.select([self.proc.stdout], [], [], max(timeout, 0))
+        if not r:
+            raise TimeoutError
+        line = self.proc.stdout.readline()
+        if not line:
+            raise ProbeError(f"probe zygote exited ({self.proc.poll()})")
+        return json.loads(line)
+
+    def run(self, trees: list[str], code: str, env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+        out, err = Path(self.dir, "stdout"), Path(self.dir, "stderr")
+        out.write_bytes(b"")
+        err.write_bytes(b"")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"trees": trees, "code": code, "env": env, "stdout": str(out),
+                                          "stderr": str(err)}) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        pid = self._read(30)["pid"]
+        try:
+            rc = self._read(deadline - time.monotonic())["rc"]
+        except TimeoutError:
+            os.killpg(pid, signal.SIGKILL)  # the probe and the TP ranks it started (its own session)
+            self._read(30)
+            raise subprocess.TimeoutExpired(["probe", *trees], timeout) from None
+        return rc, out.read_text(errors="replace"), err.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_the_zygote: _Zygote | None = None
+
+
+def _zygote() -> _Zygote:
+    global _the_zygote
+    if _the_zygote is None or _the_zygote.proc.poll() is not None:
+        _the_zygote = _Zygote()
+        atexit.register(_the_zygote.close)
+    return _the_zygote

@@ -1,0 +1,91 @@
+"""support.probe: probes forked from one zygote behave like fresh `python -c` interpreters (trees first on the
+path, the probe's environment, no state carried from one probe to the next, failures and timeouts reported) and
+the same probes give the same answers with SGLB_PROBE_ZYGOTE=0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from support.probe import ProbeError, run_probe
+
+PROBE = """
+import json, os, sys
+import pkgx
+import email  # a stdlib module the zygote has loaded: a probe may mutate it ...
+seen = getattr(email, "LEAK", None)
+email.LEAK = pkgx.VALUE  # ... and the next probe must not see it
+print("noise first")
+print(json.dumps({"value": pkgx.VALUE, "env": os.environ.get("PROBE_X"), "seen": seen, "name": __name__,
+                  "first_path": sys.path[1], "pythonpath": os.environ["PYTHONPATH"].split(os.pathsep)[0]}))
+"""
+
+
+def _tree(root: Path, value: str) -> Path:
+    (root / "pkgx").mkdir(parents=True)
+    (root / "pkgx" / "__init__.py").write_text(f"import os\nVALUE = {value!r} + os.environ.get('PROBE_X', '')\n")
+    return root
+
+
+@pytest.mark.parametrize("zygote", ["1", "0"])
+def test_trees_env_and_isolation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zygote: str) -> None:
+    monkeypatch.setenv("SGLB_PROBE_ZYGOTE", zygote)
+    a, b = _tree(tmp_path / "a", "A"), _tree(tmp_path / "b", "B")
+    ra = run_probe([a], PROBE, env={"PROBE_X": "1"})
+    rb = run_probe([b, a], PROBE)  # the first tree wins, as on PYTHONPATH
+    assert (ra["value"], ra["env"], ra["seen"], ra["name"]) == ("A1", "1", None, "__main__")
+    assert (rb["value"], rb["env"], rb["seen"]) == ("B", None, None)  # nothing carried over from the first probe
+    assert ra["first_path"] == ra["pythonpath"] == str(a) and rb["first_path"] == str(b)
+
+
+@pytest.mark.parametrize("zygote", ["1", "0"])
+def test_failures_carry_exit_code_and_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                zygote: str) -> None:
+    monkeypatch.setenv("SGLB_PROBE_ZYGOTE", zygote)
+    with pytest.raises(ProbeError, match=r"(?s)probe exited 1.*ZeroDivisionError"):
+        run_probe([], "print('{}')\n1 / 0\n")
+    with pytest.raises(ProbeError, match="probe exited 3"):
+        run_probe([], "import sys\nprint('{}')\nsys.exit(3)\n")
+    with pytest.raises(ProbeError, match="probe exited 0"):  # no JSON line at all
+        run_probe([], "print('hello')\n")
+
+
+def test_timeout_kills_the_probe_and_what_it_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLB_PROBE_ZYGOTE", "1")
+    pids = tmp_path / "pids"
+    code = f"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+time.sleep(60)
+"""
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_probe([], code, timeout=4)
+    assert time.monotonic() - t0 < 30
+    for pid in map(int, pids.read_text().split()):
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), f"pid {pid} survived the probe's timeout"
+    assert run_probe([], "print('{\"ok\": 1}')") == {"ok": 1}  # the zygote still serves
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
+
+
+def test_zygote_preloads_what_sglang_imports() -> None:
+    # the point of the zygote: torch is already imported when a probe starts (so it costs no import time there)
+    if os.environ.get("SGLB_PROBE_ZYGOTE") == "0":
+        pytest.skip("SGLB_PROBE_ZYGOTE=0")
+    r = run_probe([], "import json, sys\nprint(json.dumps({'torch': 'torch' in sys.modules}))")
+    assert r == {"torch": True}
