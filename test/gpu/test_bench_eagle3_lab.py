@@ -1,9 +1,9 @@
 """On a machine with >= 2 CUDA GPUs and the lab model pair in /tmp/lab/{target,draft}: the lab config passes
 its verdict, and the same pair with an untrained draft fails it, naming acceptance (the benchmark can fail).
 
-Runs the real CLI (servers launched in their own sessions, torn down and checked). Wall time: ~100 s per arm
-launch with warm caches: 9 launches for lab-synthetic, 2 for the untrained check. BENCH_EAGLE3_REPEATS=1 makes
-it 3 + 2 launches. Receipts go to $BENCH_EAGLE3_OUT (default: a temporary directory).
+Runs the real CLI (servers launched in their own sessions, torn down and checked). Wall time: ~65-75 s per arm
+launch with warm caches (measured 2026-11-30): 9 launches for lab-synthetic, 2 for the untrained check.
+BENCH_EAGLE3_REPEATS=1 makes it 3 + 2 launches. Receipts go to $BENCH_EAGLE3_OUT (default: a temporary directory).
 On the GPU lab, after the lab line's install: PYTHONPATH=/tmp/site:python python3 -m pytest -m gpu <this file>
 (plus the cache variables benchmark/lab/bench_eagle3.sh exports).
 """
