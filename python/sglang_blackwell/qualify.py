@@ -668,7 +668,9 @@ def step_eagle3(plan: Plan) -> StepResult:
     r.files += sorted(_rel(plan, p) for p in d.glob("bench-eagle3_*") if p != found[-1] and p.is_file())
     s = rec.get("summary", {})
     r.headline = {k: s.get(k) for k in ("config", "tp", "speedup_c1", "accept_len", "break_even_accept_len",
-                                        "verify_ms_fusion_on", "verify_ms_fusion_off", "passed")}
+                                        "verify_ms_fusion_on", "verify_ms_fusion_off",
+                                        "verify_allreduce_norm_ms_fusion_on",
+                                        "verify_allreduce_norm_ms_fusion_off", "passed")}
     if o.rc == 0 and s.get("passed") and not o.interrupted:
         r.verdict = "passed"
     elif o.interrupted or o.timed_out:

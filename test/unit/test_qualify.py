@@ -118,6 +118,8 @@ def test_cli_runs_real_commands_on_a_simulated_box_and_reports_honestly(tmp_path
     assert "--tp 2" in (out / ar["log"]).read_text()
     e3 = st["eagle3"]
     assert e3["verdict"] == "passed" and e3["rc"] == 0 and e3["headline"]["passed"] is True
+    # what fusion acts on, carried into the headline (null here: no fusion arm, no profiler window)
+    assert e3["headline"]["verify_allreduce_norm_ms_fusion_off"] is None
     bench = json.loads((out / e3["receipt"]).read_text())
     assert validate_receipt(bench) == [] and bench["kind"] == "bench-eagle3"
     rewritten = load_config(out / "eagle3" / "fake.toml")  # the config that ran, with the given paths
