@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_fakes import alive
 
 from support.probe import ProbeError, run_probe
 
@@ -69,18 +70,10 @@ time.sleep(60)
     assert time.monotonic() - t0 < 30
     for pid in map(int, pids.read_text().split()):
         deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(pid), f"pid {pid} survived the probe's timeout"
+        assert not alive(pid), f"pid {pid} survived the probe's timeout"
     assert run_probe([], "print('{\"ok\": 1}')") == {"ok": 1}  # the zygote still serves
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
 
 
 def test_zygote_preloads_what_sglang_imports() -> None:

@@ -21,7 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglang_blackwell.bench.trace_kernels import FUSED_ALLREDUCE_KERNEL, NCCL_ALLREDUCE_KERNEL
+from sglang_blackwell.bench.trace_kernels import (
+    FUSED_ALLREDUCE_KERNEL,
+    NCCL_ALLREDUCE_KERNEL,
+    kernel_label,
+    x_events,
+)
 
 STAGES: dict[str, Callable[[str], bool]] = {
     "decode": lambda n: n.startswith("step[DECODE"),
@@ -30,8 +35,12 @@ STAGES: dict[str, Callable[[str], bool]] = {
     "draft_extend": lambda n: n == "draft_extend",
 }
 
-# FlashInfer's residual-add + RMSNorm (norm.cuh FusedAddRMSNormKernel); sgl-kernel ships the same kernel name
-ADD_RMSNORM_KERNEL = re.compile(r"FusedAddRMSNorm")
+# The kernels fusion is about: the all-reduce (FlashInfer's fused one or NCCL's) and FlashInfer's residual-add +
+# RMSNorm (norm.cuh FusedAddRMSNormKernel; sgl-kernel ships the same kernel name) that the fused one replaces
+COMM_KERNELS = {
+    "allreduce": re.compile(f"(?:{FUSED_ALLREDUCE_KERNEL.pattern})|(?:{NCCL_ALLREDUCE_KERNEL.pattern})"),
+    "add_rmsnorm": re.compile(r"FusedAddRMSNorm"),
+}
 
 
 def load_trace(path: Path) -> list[dict[str, Any]]:
@@ -89,15 +98,7 @@ def stage_times(events: list[dict[str, Any]]) -> dict[str, Any]:
 def _comm_kernels(events: list[dict[str, Any]]) -> dict[Any, list[tuple[float, float, str]]]:
     """(start us, duration us, "allreduce" | "add_rmsnorm") of the kernels fusion is about, per device (pid)."""
     out: dict[Any, list[tuple[float, float, str]]] = {}
-    for e in events:
-        name = e.get("name")
-        if e.get("cat") != "kernel" or e.get("ph") != "X" or not isinstance(name, str) or "dur" not in e:
-            continue
-        if FUSED_ALLREDUCE_KERNEL.search(name) or NCCL_ALLREDUCE_KERNEL.search(name):
-            kind = "allreduce"
-        elif ADD_RMSNORM_KERNEL.search(name):
-            kind = "add_rmsnorm"
-        else:
-            continue
-        out.setdefault(e.get("pid"), []).append((float(e["ts"]), float(e["dur"]), kind))
+    for k in x_events(events, "kernel"):
+        if (kind := kernel_label(k["name"], COMM_KERNELS)) is not None:
+            out.setdefault(k.get("pid"), []).append((float(k["ts"]), float(k["dur"]), kind))
     return out

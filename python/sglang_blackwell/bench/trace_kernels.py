@@ -48,7 +48,7 @@ class Span:
         return self.ts + self.dur
 
 
-def _x_events(events: list[dict[str, Any]], cat: str) -> list[dict[str, Any]]:
+def x_events(events: list[dict[str, Any]], cat: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("ph") == "X" and e.get("cat") == cat and isinstance(e.get("name"), str)
             and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
 
@@ -58,7 +58,7 @@ def _correlation(e: dict[str, Any]) -> int | None:
     return int(c) if isinstance(c, (int, float)) else None
 
 
-def _label(name: str, patterns: Mapping[str, re.Pattern[str]]) -> str | None:
+def kernel_label(name: str, patterns: Mapping[str, re.Pattern[str]]) -> str | None:
     for label, pat in patterns.items():
         if pat.search(name):
             return label
@@ -71,8 +71,8 @@ def kernels_per_span(events: list[dict[str, Any]], span_match: Callable[[str], b
 
     Returns {"method": "correlation" | "gpu_window" | "none", "spans": [{"name", "ts", "dur", "counts"}],
     "kernels_matched": {label: n over the whole trace}, "unattributed": {label: n outside every span}}."""
-    kernels = _x_events(events, "kernel")
-    matched = [(lbl, k) for k in kernels if (lbl := _label(k["name"], patterns)) is not None]
+    kernels = x_events(events, "kernel")
+    matched = [(lbl, k) for k in kernels if (lbl := kernel_label(k["name"], patterns)) is not None]
     totals = {label: sum(1 for lbl, _ in matched if lbl == label) for label in patterns}
     result: dict[str, Any] = {"method": "none", "spans": [], "kernels_matched": totals,
                               "kernel_events": len(kernels)}
@@ -105,7 +105,7 @@ def _attributed_any(spans: list[Span]) -> bool:
 def _cpu_spans(events: list[dict[str, Any]], span_match: Callable[[str], bool]) -> dict[tuple, list[Span]]:
     """Matching user_annotation spans grouped by (pid, tid), sorted by start."""
     out: dict[tuple, list[Span]] = {}
-    for e in _x_events(events, "user_annotation"):
+    for e in x_events(events, "user_annotation"):
         if span_match(e["name"]):
             out.setdefault((e.get("pid"), e.get("tid")), []).append(Span(e["name"], float(e["ts"]),
                                                                           float(e["dur"])))
@@ -149,7 +149,7 @@ def _gpu_windows(events: list[dict[str, Any]], span_match: Callable[[str], bool]
     """gpu_user_annotation windows per device (pid), sorted; overlapping windows of the same name (one per
     stream) merge into one step."""
     per_dev: dict[Any, list[Span]] = {}
-    for e in sorted(_x_events(events, "gpu_user_annotation"), key=lambda e: e["ts"]):
+    for e in sorted(x_events(events, "gpu_user_annotation"), key=lambda e: e["ts"]):
         if not span_match(e["name"]):
             continue
         group = per_dev.setdefault(e.get("pid"), [])
