@@ -79,7 +79,7 @@ log "pytest exit code $rc"
 end_leftover
 log "GPU memory used after (MiB): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ');" \
     "compute processes: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"
-"$PY" -m sglang_blackwell.gpu_suite_receipt --junit "$OUT/gpu-suite-junit.xml" --facts "$SGLB_OUT/facts.json" \
+"$PY" -m sglang_blackwell.qualify.gpu_suite_receipt --junit "$OUT/gpu-suite-junit.xml" --facts "$SGLB_OUT/facts.json" \
   --out "$OUT" --pytest-rc "$rc" || log "receipt NOT written"
 cp "$OUT/gpu-suite-pytest.log" "$SGLB_OUT/" 2>/dev/null
 tar -czf "$OUT/gpu-suite-artifacts.tar.gz" --exclude='*-TP-[1-9]*.trace.json*' -C "$(dirname "$SGLB_OUT")" \

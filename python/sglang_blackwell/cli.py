@@ -15,10 +15,10 @@ def _progress(msg: str) -> None:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    from .aot import AotRequest
-    from .bases import get_base
-    from .build import build
-    from .report import patch_report
+    from .artifacts.aot import AotRequest
+    from .artifacts.build import build
+    from .patchset.bases import get_base
+    from .patchset.report import patch_report
 
     base = get_base(a.base)
     aot = AotRequest.parse(a.aot, a.aot_modules, a.aot_python) if a.aot else None
@@ -35,8 +35,8 @@ def cmd_build(a: argparse.Namespace) -> int:
 
 
 def cmd_check(a: argparse.Namespace) -> int:
-    from .bases import get_base, list_bases
-    from .check import check_base
+    from .patchset.bases import get_base, list_bases
+    from .patchset.check import check_base
 
     if a.upstream:
         return _check_upstream(a)
@@ -59,8 +59,8 @@ def _check_upstream(a: argparse.Namespace) -> int:
     """The drift report: exit 0 when every patch applies to the newest releases, 1 when any does not."""
     import json
 
-    from .bases import get_base, list_bases
-    from .drift import drift_report, format_report, newest_base
+    from .patchset.bases import get_base, list_bases
+    from .patchset.drift import drift_report, format_report, newest_base
 
     if a.all:
         raise UserError("--upstream tries one base's series (the newest by default, or --base): drop --all")
@@ -71,8 +71,8 @@ def _check_upstream(a: argparse.Namespace) -> int:
 
 
 def cmd_checkout(a: argparse.Namespace) -> int:
-    from .bases import get_base
-    from .patchqueue import checkout
+    from .patchset.bases import get_base
+    from .patchset.queue import checkout
 
     n = checkout(get_base(a.base), a.package, Path(a.dir))
     print(f"{a.dir}: upstream + {n} patch commits (tag 'upstream' marks the pinned release). "
@@ -81,7 +81,7 @@ def cmd_checkout(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from .patchqueue import export
+    from .patchset.queue import export
 
     names = export(Path(a.dir), Path(a.to) if a.to else None)
     for n in names:
@@ -90,8 +90,8 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 
 def cmd_install(a: argparse.Namespace) -> int:
-    from .bases import get_base
-    from .install import install
+    from .artifacts.install import install
+    from .patchset.bases import get_base
 
     cmd = install(get_base(a.base), Path(a.dist), python_exe=a.python_exe, no_deps=a.no_deps,
                   upstream=a.upstream, dry_run=a.dry_run, progress=_progress)
@@ -102,10 +102,10 @@ def cmd_install(a: argparse.Namespace) -> int:
 
 
 def cmd_bundle(a: argparse.Namespace) -> int:
-    from .aot import parse_archs, parse_modules
-    from .bases import get_base
-    from .bundle import BundleOptions, make_bundle
-    from .strip import parse_strip
+    from .artifacts.aot import parse_archs, parse_modules
+    from .artifacts.bundle import BundleOptions, make_bundle
+    from .artifacts.strip import parse_strip
+    from .patchset.bases import get_base
 
     archs = parse_archs(a.jit_archs, "--jit-archs") if a.jit_archs else ()
     opts = BundleOptions(
@@ -147,7 +147,7 @@ def _names(spec: str | None) -> list[str]:
 
 
 def cmd_index(a: argparse.Namespace) -> int:
-    from .index import build_index
+    from .artifacts.index import build_index
 
     wheels = []
     for d in a.dist or ["dist"]:
@@ -159,11 +159,11 @@ def cmd_index(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from .bases import get_base, list_bases
-    from .report import patch_report
+    from .patchset.bases import get_base, list_bases
+    from .patchset.report import patch_report
 
     if a.table or a.update:
-        from .patch_table import markdown_table, update_block
+        from .patchset.patch_table import markdown_table, update_block
 
         table = markdown_table(list_bases())
         if a.update:
@@ -179,9 +179,9 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_nccl(a: argparse.Namespace) -> int:
     import json
 
-    from .nccl import Profile, format_state, load_profiles, nccl_conf, resolve, user_environ
-    from .sitehook import install, probe, state, uninstall
-    from .topology import detect
+    from .box.nccl import Profile, format_state, load_profiles, nccl_conf, resolve, user_environ
+    from .box.nccl_hook import install, probe, state, uninstall
+    from .box.topology import detect
 
     profiles = load_profiles(a.profiles)
     if a.action == "uninstall":
@@ -218,7 +218,7 @@ def cmd_nccl(a: argparse.Namespace) -> int:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    from .doctor import format_report, run_doctor, to_receipt
+    from .box.doctor import format_report, run_doctor, to_receipt
     from .receipts import write_receipt
 
     report = run_doctor(python=a.python, tp=a.tp, progress=_progress if not a.json else None)
@@ -235,13 +235,13 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
 
 def cmd_image(a: argparse.Namespace) -> int:
-    from . import image
+    from .release import image
 
     if a.action == "facts":
         print(image.format_facts(image.facts(), a.get, a.github_output), end="")
         return 0
     if a.action == "check":
-        from .pins import check_pins, check_release
+        from .release.pins import check_pins, check_release
 
         root = image.checkout_root()
         rep = check_release(root, a.tag) if a.release else check_pins(root)
@@ -252,13 +252,13 @@ def cmd_image(a: argparse.Namespace) -> int:
         print(f"image check{' --release' if a.release else ''}: "
               f"{'OK' if rep.ok else f'{len(rep.problems)} problem(s)'}")
         return 0 if rep.ok else 1
-    from .bases import get_base
+    from .patchset.bases import get_base
 
     base = get_base(a.base)
     if a.action == "labels":
         print(image.format_labels(image.image_labels(base, Path(a.dist)), a.format), end="")
         return 0
-    from .aot import parse_archs
+    from .artifacts.aot import parse_archs
 
     if not a.python:
         raise UserError("image verify: --python (the environment's interpreter) is required")
@@ -272,8 +272,8 @@ def cmd_image(a: argparse.Namespace) -> int:
 
 
 def cmd_label(a: argparse.Namespace) -> int:
-    from .bases import get_base, list_bases
-    from .labellock import lock_problems, write_lock
+    from .patchset.bases import get_base, list_bases
+    from .patchset.labellock import lock_problems, write_lock
 
     bases = list_bases() if a.all else [get_base(a.base)]
     bad = 0
@@ -290,8 +290,8 @@ def cmd_label(a: argparse.Namespace) -> int:
 
 
 def cmd_changelog(a: argparse.Namespace) -> int:
-    from .changelog import WORKTREE, changelog_bases, changelog_refs, previous_tag
-    from .image import checkout_root
+    from .patchset.changelog import WORKTREE, changelog_bases, changelog_refs, previous_tag
+    from .release.image import checkout_root
 
     root = checkout_root()
     if a.bases:
@@ -315,14 +315,14 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
-    from .serve import run
+    from .box.serve import run
 
     args = a.sglang_args[1:] if a.sglang_args[:1] == ["--"] else a.sglang_args
     return run(args, table=a.table, profile=a.profile, dry_run=a.dry_run)
 
 
 def cmd_qualify(a: argparse.Namespace) -> int:
-    from .qualify import run
+    from .qualify.run import run
 
     return run(a)
 
@@ -495,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update", metavar="FILE", help="rewrite the patch-table block in FILE (README.md)")
     p.set_defaults(fn=cmd_report)
 
-    from .qualify import add_arguments as add_qualify_arguments
+    from .qualify.run import add_arguments as add_qualify_arguments
 
     p = sub.add_parser("qualify", help="doctor, GPU tests, bench allreduce (+ bench eagle3): one receipt to send")
     add_qualify_arguments(p)

@@ -35,3 +35,16 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return (base / "sglang-blackwell").resolve()
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write `data` to `path` through a temporary sibling and a rename: a reader sees the old file or the whole new
+    one, never half of it (an interrupted write leaves at most `.<name>.tmp`, which the next write replaces)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data)
+    os.replace(tmp, path)
+    return path

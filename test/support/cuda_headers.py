@@ -12,9 +12,9 @@ import os
 import zipfile
 from pathlib import Path
 
-from sglang_blackwell.aot import REQUIRED_HEADERS, find_cuda_home
-from sglang_blackwell.bases import Artifact
-from sglang_blackwell.fetch import fetch
+from sglang_blackwell.artifacts.aot import REQUIRED_HEADERS, find_cuda_home
+from sglang_blackwell.patchset.bases import Artifact
+from sglang_blackwell.patchset.fetch import fetch
 from sglang_blackwell.paths import cache_dir
 
 HEADER_WHEELS = (

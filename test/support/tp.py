@@ -27,6 +27,7 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, queue, sglang_init: bool) -> None:
+    phase = "setup-error"  # until the scenario starts, a failure is the process group's, not the scenario's
     try:
         init = f"tcp://127.0.0.1:{port}"
         if sglang_init:
@@ -53,23 +54,36 @@ def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, qu
             import torch.distributed as dist
 
             dist.init_process_group("gloo", init_method=init, world_size=world_size, rank=rank)
+        phase = "error"
         mod_name, fn_name = target.split(":")
         fn = getattr(importlib.import_module(mod_name), fn_name)
         queue.put((rank, "ok", fn(rank, world_size, **kwargs)))
     except BaseException:
-        queue.put((rank, "error", traceback.format_exc()))
+        queue.put((rank, phase, traceback.format_exc()))
 
 
-TRANSIENT = ("DistNetworkError", "Broken pipe", "Connection reset", "Address already in use")
+# a rank that failed inside the scenario, but on the process group's transport (its peer went away while the
+# machine was loaded): as much the rendezvous' fault as a setup failure
+TRANSIENT = ("DistNetworkError", "Broken pipe", "Connection reset", "Connection closed by peer",
+             "Address already in use")
+
+
+class SetupError(RuntimeError):
+    """The ranks could not form their process groups (init_process_group / new_group): the machine's fault
+    (load, a port taken between probing and binding), never the scenario's."""
 
 
 def run_tp(world_size: int, target: str, kwargs: dict | None = None, timeout: float = 180,
-           sglang_init: bool = True, attempts: int = 2) -> list:
-    """Retries once (fresh port, fresh processes) when the rendezvous itself fails transiently (a loaded
-    machine, a port taken between probing and binding); a failure of the scenario is never retried."""
+           sglang_init: bool = True, attempts: int = 3) -> list:
+    """Retries (fresh port, fresh processes) when the process groups fail to form, whatever the message (gloo
+    under load: `Broken pipe` in new_group), and when a rank's failure is a transport error of the group; a
+    failure of the scenario itself is never retried."""
     for attempt in range(attempts):
         try:
             return _run_tp_once(world_size, target, kwargs, timeout, sglang_init)
+        except SetupError:
+            if attempt + 1 == attempts:
+                raise
         except RuntimeError as e:
             if attempt + 1 == attempts or not any(t in str(e) for t in TRANSIENT):
                 raise
@@ -108,6 +122,8 @@ def _run_tp_once(world_size: int, target: str, kwargs: dict | None, timeout: flo
     try:
         for _ in range(world_size):
             rank, status, value = queue.get(timeout=timeout)
+            if status == "setup-error":
+                raise SetupError(f"rank {rank} could not join the process groups:\n{value}")
             if status == "error":
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
             results[rank] = value

@@ -13,11 +13,11 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from sglang_blackwell.apply import apply_series
-from sglang_blackwell.bases import Base, get_base
-from sglang_blackwell.build import build, series_for
-from sglang_blackwell.fetch import fetch
-from sglang_blackwell.layouts import get_layout
+from sglang_blackwell.artifacts.build import build
+from sglang_blackwell.patchset.apply import apply_series
+from sglang_blackwell.patchset.bases import Base, get_base, series_for
+from sglang_blackwell.patchset.fetch import fetch
+from sglang_blackwell.patchset.layouts import get_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 

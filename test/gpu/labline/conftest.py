@@ -33,7 +33,7 @@ class Lab:
 
 @pytest.fixture(scope="session")
 def lab() -> Lab:
-    from sglang_blackwell.bench import nvidia
+    from sglang_blackwell.box import nvidia_smi as nvidia
 
     cfg = LabConfig.from_env()
     gpus = nvidia.memory_used_mib()
@@ -56,7 +56,7 @@ def lab() -> Lab:
 
 @pytest.fixture(scope="session", autouse=True)
 def _signals_unwind():
-    from sglang_blackwell.bench.server import signals_as_interrupt
+    from sglang_blackwell.procs import signals_as_interrupt
 
     with signals_as_interrupt():
         yield

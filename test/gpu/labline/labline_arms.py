@@ -23,9 +23,17 @@ from typing import Any
 
 from labline_env import Deadline, LabConfig, Progress, model_config
 
-from sglang_blackwell import gpu_suite_checks as checks
-from sglang_blackwell.bench import nvidia, sglang_api, trace, trace_kernels
-from sglang_blackwell.bench.server import Server, ServerError, TeardownError, free_port, http_json, launched_server
+from sglang_blackwell.bench.eagle3 import sglang_api, trace, trace_kernels
+from sglang_blackwell.bench.eagle3.server import (
+    Server,
+    ServerError,
+    TeardownError,
+    free_port,
+    http_json,
+    launched_server,
+)
+from sglang_blackwell.box import nvidia_smi as nvidia
+from sglang_blackwell.qualify import gpu_suite_checks as checks
 
 TP = checks.lab_tp()  # $SGLB_TP, default 2
 CUDA_GRAPH_MAX_BS = 16

@@ -1,6 +1,6 @@
 """Run one script as N ranks (one process per GPU), each in its own session, bounded: the ranks are taken down
 by session (SIGTERM, then SIGKILL) when the time is up or one rank fails, and it is checked that no process of
-theirs survives and that nvidia-smi lists none of them (bench.server.terminate_session). Each rank writes its
+theirs survives and that nvidia-smi lists none of them (bench/eagle3/server.py: terminate_session). Each rank writes its
 result as JSON to the path given in --result; its stdout+stderr go to a log file."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sglang_blackwell.bench.server import ServerError, free_port, log_tail, terminate_session
+from sglang_blackwell.bench.eagle3.server import ServerError, free_port, log_tail, terminate_session
 
 
 def run_ranks(python: str, script: Path, world: int, args: list[str], *, env: dict[str, str], out_dir: Path,

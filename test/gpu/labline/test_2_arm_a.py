@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from labline_checks import need, need_step
 
-from sglang_blackwell import gpu_suite_checks as checks
+from sglang_blackwell.qualify import gpu_suite_checks as checks
 
 pytestmark = pytest.mark.gpu
 

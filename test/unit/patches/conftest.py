@@ -19,8 +19,7 @@ TEST_ROOT = Path(__file__).resolve().parents[2]
 if str(TEST_ROOT) not in sys.path:
     sys.path.insert(0, str(TEST_ROOT))
 
-from sglang_blackwell.bases import list_bases  # noqa: E402
-from sglang_blackwell.build import series_for  # noqa: E402
+from sglang_blackwell.patchset.bases import list_bases, series_for  # noqa: E402
 from support.probe import run_probe  # noqa: E402
 from support.trees import TreeFactory  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_blackwell.fatbin import cubin_kernel_sizes, read_cuda_binary
+from sglang_blackwell.artifacts.fatbin import cubin_kernel_sizes, read_cuda_binary
 from sglang_blackwell.paths import cache_dir
 
 from .conftest import TEST_ROOT, absorbed, carrying

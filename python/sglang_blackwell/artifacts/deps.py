@@ -1,0 +1,455 @@
+"""The dependency wheels a bundle carries, for a target Python on Linux x86_64, on top of an existing torch.
+
+Two ways to choose them:
+  --deps FILE   (primary) a pinned list, `name==version` per line (e.g. benchmark/lab/bundle-deps-0.5.14-py312.txt,
+                the set proven on the lab image). Exactly these wheels are candidates.
+  automatic     (no --deps; needs --installed) a greedy walk of Requires-Dist: every requirement of the bundled
+                wheels (our sglang, flashinfer, the kernel, then whatever gets downloaded, recursively) that the
+                target does not already satisfy is downloaded at the newest version pip finds for the combined
+                specifier. No backtracking beyond re-picking a package when a later specifier excludes the first
+                pick; it takes everything METADATA asks for (sglang 0.5.14 asks for a lot the launch path never
+                imports, see benchmark/lab/README.md), and torch itself is never downloaded.
+
+With --installed FILE (`pip list --format=freeze` or `pip freeze` of the target), a candidate is dropped when the
+target already has that distribution at a version every bundled wheel accepts (Requires-Dist, markers evaluated
+for the target Python / Linux / x86_64, extras as requested). This repeats until nothing changes (dropping a wheel
+drops its requirements). A version the target has but a bundled wheel rejects keeps the candidate (it will
+shadow the target's copy, e.g. transformers 5.17.0 on the lab image vs sglang's ==5.8.1).
+
+Wheels are downloaded with `pip download --no-deps --only-binary=:all: --python-version X --platform ...` into
+<cache>/wheelhouse/ and reused from there (a pinned wheel already in the wheelhouse needs no network).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ..errors import UserError
+
+Progress = Callable[[str], None]
+NEVER_DOWNLOADED = frozenset({"torch"})  # the bundle installs on top of an existing torch
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine a bundle is for: CPython `python` ("3.12") on manylinux x86_64 with glibc >= `glibc`."""
+
+    python: str
+    machine: str = "x86_64"
+    glibc_minor: int = 34  # sglang 0.5.14's own wheels are manylinux_2_34
+
+    @property
+    def version_tuple(self) -> tuple[int, int]:
+        m = re.fullmatch(r"(\d+)\.(\d+)", self.python)
+        if not m:
+            raise UserError(f"--python {self.python!r}: expected MAJOR.MINOR, e.g. 3.12")
+        return int(m[1]), int(m[2])
+
+    @property
+    def python_tag(self) -> str:
+        major, minor = self.version_tuple
+        return f"cp{major}{minor}"
+
+    @property
+    def platforms(self) -> list[str]:
+        plats = [f"manylinux_2_{m}_{self.machine}" for m in range(self.glibc_minor, 4, -1)]
+        return plats + [f"manylinux2014_{self.machine}", f"manylinux2010_{self.machine}",
+                        f"manylinux1_{self.machine}"]
+
+    def tags(self) -> frozenset[Tag]:
+        v = self.version_tuple
+        return frozenset([*cpython_tags(v, platforms=self.platforms),
+                          *compatible_tags(v, interpreter=self.python_tag, platforms=self.platforms)])
+
+    def fits(self, wheel_filename: str) -> bool:
+        try:
+            _, _, _, tags = parse_wheel_filename(wheel_filename)
+        except InvalidWheelFilename:
+            return False
+        return bool(tags & self.tags())
+
+    def pip_args(self) -> list[str]:
+        args = ["--python-version", self.python, "--implementation", "cp"]
+        for p in self.platforms:
+            args += ["--platform", p]
+        return args
+
+    def marker_env(self, extra: str = "") -> dict[str, str]:
+        major, minor = self.version_tuple
+        return {"python_version": f"{major}.{minor}", "python_full_version": f"{major}.{minor}.0",
+                "implementation_name": "cpython", "implementation_version": f"{major}.{minor}.0",
+                "platform_python_implementation": "CPython", "sys_platform": "linux", "os_name": "posix",
+                "platform_system": "Linux", "platform_machine": self.machine, "platform_release": "",
+                "platform_version": "", "extra": extra}
+
+
+# ---------------------------------------------------------------- input files
+
+@dataclass(frozen=True)
+class Installed:
+    name: str  # canonical
+    version: Version | None  # None: installed, version unknown (`name @ url`, `-e ...`)
+    text: str
+
+
+def read_installed(path: Path) -> dict[str, Installed]:
+    """`pip list --format=freeze`, `pip freeze` or plain `pip list` output of the target machine."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"--installed {path}: {e.strerror or e}") from None
+    out: dict[str, Installed] = {}
+    for i, raw in enumerate(lines, 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#") or re.fullmatch(r"(Package\s+Version.*|-+(\s+-+)*)", line):
+            continue
+        name, ver = _installed_line(line)
+        if name is None:
+            raise UserError(f"--installed {path}:{i}: cannot read {raw.strip()!r} (expected `name==version` lines "
+                            "as `pip list --format=freeze` writes them)")
+        try:
+            version = Version(ver) if ver else None
+        except InvalidVersion:
+            raise UserError(f"--installed {path}:{i}: {ver!r} is not a version ({raw.strip()!r})") from None
+        out[canonicalize_name(name)] = Installed(canonicalize_name(name), version, line)
+    if not out:
+        raise UserError(f"--installed {path}: no packages listed")
+    return out
+
+
+def _installed_line(line: str) -> tuple[str | None, str | None]:
+    if line.startswith("-e ") or line.startswith("--editable"):
+        m = re.search(r"#egg=([A-Za-z0-9._-]+)", line)
+        return (m[1], None) if m else (None, None)
+    m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*===?\s*(\S+)", line)
+    if m:
+        return m[1], m[2]
+    m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*@\s*\S+", line)
+    if m:
+        return m[1], None
+    m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s+(\S+)(\s+\S.*)?", line)  # plain `pip list` columns
+    if m:
+        return m[1], m[2]
+    return None, None
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str  # canonical
+    version: Version
+    line: int
+    text: str
+
+
+def read_pins(path: Path) -> list[Pin]:
+    """A deps file: one `name==version` per line; `#` comments and blank lines allowed."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"--deps {path}: {e.strerror or e}") from None
+    pins: dict[str, Pin] = {}
+    for i, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as e:
+            raise UserError(f"--deps {path}:{i}: {raw.strip()!r}: {e}") from None
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version \
+                or req.marker or req.url:
+            raise UserError(f"--deps {path}:{i}: {raw.strip()!r} is not an exact pin (write name==version)")
+        name = canonicalize_name(req.name)
+        if name in pins:
+            raise UserError(f"--deps {path}:{i}: {req.name} is pinned twice (line {pins[name].line} too)")
+        pins[name] = Pin(name, Version(specs[0].version), i, raw.strip())
+    return list(pins.values())
+
+
+# ---------------------------------------------------------------- wheels and their requirements
+
+@dataclass
+class WheelInfo:
+    path: Path
+    name: str  # canonical
+    version: Version
+    requires: list[Requirement]
+    kind: str  # patched / kernel / dependency
+    always: bool = False  # never dropped because the target has it (our patched wheels)
+
+
+def wheel_info(path: Path, kind: str, always: bool = False) -> WheelInfo:
+    try:
+        name, version, _, _ = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as e:
+        raise UserError(f"{path.name}: not a wheel file name: {e}") from None
+    try:
+        with zipfile.ZipFile(path) as z:
+            metas = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(metas) != 1:
+                raise UserError(f"{path.name}: {len(metas)} .dist-info/METADATA files, expected 1")
+            meta = HeaderParser().parsestr(z.read(metas[0]).decode("utf-8", "replace"))
+    except zipfile.BadZipFile as e:
+        raise UserError(f"{path.name}: not a readable wheel: {e}") from None
+    reqs = []
+    for r in meta.get_all("Requires-Dist") or []:
+        try:
+            reqs.append(Requirement(r))
+        except InvalidRequirement as e:
+            raise UserError(f"{path.name}: METADATA Requires-Dist {r!r}: {e}") from None
+    return WheelInfo(path, canonicalize_name(name), version, reqs, kind, always)
+
+
+@dataclass(frozen=True)
+class Need:
+    req: Requirement
+    by: str  # "sglang 0.5.14+sm120.1"
+
+
+def collect_needs(wheels: Iterable[WheelInfo], target: Target) -> dict[str, list[Need]]:
+    """name -> the requirements on it of the given wheels, markers evaluated for the target (with the extras
+    that the wheels themselves request of each other)."""
+    wheels = list(wheels)
+    extras: dict[str, set[str]] = {w.name: set() for w in wheels}
+    while True:
+        needs = _needs(wheels, target, extras)
+        grown = False
+        for name, ns in needs.items():
+            want = set().union(*(n.req.extras for n in ns))
+            if name in extras and not want <= extras[name]:
+                extras[name] |= want
+                grown = True
+        if not grown:
+            return needs
+
+
+def _needs(wheels: list[WheelInfo], target: Target, extras: dict[str, set[str]]) -> dict[str, list[Need]]:
+    out: dict[str, list[Need]] = {}
+    for w in wheels:
+        envs = [target.marker_env(e) for e in sorted(extras.get(w.name, set()) | {""})]
+        for r in w.requires:
+            if r.marker is not None and not any(r.marker.evaluate(env) for env in envs):
+                continue
+            out.setdefault(canonicalize_name(r.name), []).append(Need(r, f"{w.name} {w.version}"))
+    return out
+
+
+def accepts(needs: Iterable[Need], version: Version | None) -> bool:
+    needs = list(needs)
+    if version is None:
+        return all(not n.req.specifier for n in needs)
+    return all(n.req.specifier.contains(version, prereleases=True) for n in needs)
+
+
+def describe(needs: Iterable[Need]) -> str:
+    return "; ".join(f"{n.by} requires {n.req}" for n in needs)
+
+
+@dataclass
+class Selection:
+    wheels: list[WheelInfo]
+    dropped: list[tuple[WheelInfo, Installed]] = field(default_factory=list)
+    unmet: list[dict] = field(default_factory=list)  # requirements nothing in the bundle or the target meets
+
+
+def drop_present(wheels: list[WheelInfo], installed: dict[str, Installed] | None, target: Target) -> Selection:
+    """Drop every non-`always` wheel whose distribution the target already has at an accepted version."""
+    keep = list(wheels)
+    dropped: list[tuple[WheelInfo, Installed]] = []
+    if installed:
+        while True:
+            needs = collect_needs(keep, target)
+            gone = [w for w in keep if not w.always and w.name in installed
+                    and installed[w.name].version is not None and accepts(needs.get(w.name, []),
+                                                                          installed[w.name].version)]
+            if not gone:
+                break
+            dropped += [(w, installed[w.name]) for w in gone]
+            keep = [w for w in keep if w not in gone]
+    return Selection(keep, dropped, unmet_requirements(keep, installed, target))
+
+
+def unmet_requirements(wheels: list[WheelInfo], installed: dict[str, Installed] | None, target: Target) -> list[dict]:
+    bundled = {w.name for w in wheels}
+    out = []
+    for name, ns in sorted(collect_needs(wheels, target).items()):
+        if name in bundled:
+            continue
+        inst = (installed or {}).get(name)
+        if inst is not None and accepts(ns, inst.version):
+            continue
+        if installed is None:
+            status = "not carried (target unknown: no --installed)"
+        elif inst is None:
+            status = "not carried, not installed"
+        else:
+            status = f"not carried; installed {inst.version or '(version unknown)'} does not match"
+        out.append({"name": name, "requires": describe(ns), "status": status})
+    return out
+
+
+def check_consistent(wheels: list[WheelInfo], target: Target, where: Callable[[WheelInfo], str]) -> None:
+    """Every bundled wheel's version must satisfy what the other bundled wheels require of it."""
+    needs = collect_needs(wheels, target)
+    bad = [f"{where(w)}: {w.name} {w.version} but {describe(n for n in needs[w.name] if not accepts([n], w.version))}"
+           for w in wheels if w.name in needs and not accepts(needs[w.name], w.version)]
+    if bad:
+        raise UserError("the bundle's wheels disagree:\n  " + "\n  ".join(bad))
+
+
+# ---------------------------------------------------------------- downloading
+
+@dataclass
+class Downloader:
+    target: Target
+    cache: Path
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
+    progress: Progress | None = None
+
+    @property
+    def house(self) -> Path:
+        return self.cache / "wheelhouse"
+
+    def cached(self, name: str, version: Version) -> Path | None:
+        if not self.house.is_dir():
+            return None
+        for f in sorted(self.house.glob("*.whl")):
+            try:
+                n, v, _, _ = parse_wheel_filename(f.name)
+            except InvalidWheelFilename:
+                continue
+            if canonicalize_name(n) == name and v == version and self.target.fits(f.name):
+                return f
+        return None
+
+    def pins(self, pins: list[Pin], deps_file: Path) -> list[Path]:
+        """A verified local wheel for every pin: from the wheelhouse, else one `pip download` for all misses."""
+        got = {p.name: self.cached(p.name, p.version) for p in pins}
+        missing = [p for p in pins if got[p.name] is None]
+        if missing:
+            self.download([f"{p.name}=={p.version}" for p in missing])
+            for p in missing:
+                got[p.name] = self.cached(p.name, p.version)
+                if got[p.name] is None:
+                    raise UserError(f"--deps {deps_file}:{p.line}: pip found no wheel of {p.text} for "
+                                    f"{self.target.python_tag} / manylinux {self.target.machine}")
+        return [got[p.name] for p in pins]
+
+    def newest(self, specs: dict[str, str]) -> dict[str, Path]:
+        """name -> a wheel of the newest version pip finds for the specifier (always asks the index)."""
+        files = self.download([f"{n}{s}" for n, s in sorted(specs.items())])
+        out = {}
+        for f in files:
+            n, _, _, _ = parse_wheel_filename(f.name)
+            out[canonicalize_name(n)] = f
+        missing = sorted(set(specs) - set(out))
+        if missing:
+            raise UserError(f"pip download returned no wheel for {', '.join(missing)}")
+        return out
+
+    def download(self, specs: list[str]) -> list[Path]:
+        if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
+            raise UserError(f"not in the wheelhouse {self.house} and SGLANG_BLACKWELL_OFFLINE=1: {', '.join(specs)}")
+        partial = self.house / ".partial"
+        partial.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=partial))
+        try:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--disable-pip-version-check", "--progress-bar", "off", "-d", str(tmp), *self.target.pip_args()]
+            if self.index_url:
+                cmd += ["--index-url", self.index_url]
+            for fl in self.find_links:
+                cmd += ["--find-links", fl]
+            if self.progress:
+                self.progress(f"pip download {len(specs)} wheel(s) for {self.target.python_tag}: {' '.join(specs)}")
+            r = subprocess.run([*cmd, *specs], capture_output=True, text=True)
+            if r.returncode != 0:
+                tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
+                raise UserError(f"pip download failed for {' '.join(specs)}:\n{tail}")
+            out = []
+            for f in sorted(tmp.glob("*.whl")):
+                dest = self.house / f.name
+                os.replace(f, dest)
+                out.append(dest)
+            return out
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the two ways
+
+def from_pins(roots: list[WheelInfo], pins: list[Pin], deps_file: Path, installed: dict[str, Installed] | None,
+              target: Target, dl: Downloader, exclude: frozenset[str] = frozenset()) -> Selection:
+    pins = [p for p in pins if p.name not in exclude]
+    clash = {w.name for w in roots} & {p.name for p in pins}
+    if clash:
+        line = next(p for p in pins if p.name in clash)
+        raise UserError(f"--deps {deps_file}:{line.line}: {line.text} names a package the bundle builds itself")
+    wheels = [wheel_info(f, "dependency") for f in dl.pins(pins, deps_file)]
+    by_name = {p.name: p for p in pins}
+    check_consistent(roots + wheels, target,
+                     lambda w: f"--deps {deps_file}:{by_name[w.name].line}" if w.name in by_name else w.path.name)
+    return drop_present(roots + wheels, installed, target)
+
+
+def resolve_auto(roots: list[WheelInfo], installed: dict[str, Installed], target: Target, dl: Downloader,
+                 exclude: frozenset[str] = frozenset(), max_rounds: int = 60) -> Selection:
+    """Greedy closure of Requires-Dist over what the target lacks (see the module docstring)."""
+    if "torch" not in installed:
+        raise UserError("the --installed list has no torch: a bundle installs on top of an existing torch "
+                        "(give the target's full `pip list --format=freeze`)")
+    bundle: dict[str, WheelInfo] = {w.name: w for w in roots}
+    for _ in range(max_rounds):
+        needs = collect_needs(bundle.values(), target)
+        todo: dict[str, str] = {}
+        repick = []
+        for name, ns in sorted(needs.items()):
+            if name in exclude or name in NEVER_DOWNLOADED:
+                continue
+            if name in bundle:
+                if not accepts(ns, bundle[name].version):
+                    if bundle[name].kind != "dependency":
+                        raise UserError(f"{bundle[name].path.name}: {describe(ns)}")
+                    repick.append(name)
+                continue
+            inst = installed.get(name)
+            if inst is not None and accepts(ns, inst.version):
+                continue
+            todo[name] = ",".join(str(s) for n in ns for s in n.req.specifier)
+        for name in repick:
+            todo[name] = ",".join(str(s) for n in needs[name] for s in n.req.specifier)
+            del bundle[name]
+        if not todo:
+            break
+        for name, f in dl.newest(todo).items():
+            bundle[name] = wheel_info(f, "dependency")
+    else:
+        raise UserError(f"automatic dependency resolution did not settle in {max_rounds} rounds; use --deps FILE")
+    # keep only what the roots still reach, then drop what the target has
+    reach, stack = set(), [w.name for w in roots]
+    while stack:
+        n = stack.pop()
+        if n in reach or n not in bundle:
+            continue
+        reach.add(n)
+        stack += list(collect_needs([bundle[n]], target))
+    kept = [w for n, w in bundle.items() if n in reach]
+    check_consistent(kept, target, lambda w: w.path.name)
+    return drop_present(kept, installed, target)

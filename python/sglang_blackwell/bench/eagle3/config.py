@@ -1,0 +1,429 @@
+"""benchmark/<name>.toml -> a validated BenchConfig for `bench eagle3`.
+
+Every error names the file and the key at fault. Unknown keys are errors (a typo must not silently fall back
+to a default). Paths in the config (the prompt file) are relative to the config file's directory.
+
+    name = "lab-synthetic"
+    [model]     target, draft, tokenizer ("target" | "none" | a path)
+    [server]    tp, launcher, host, port, args, env, startup_timeout_s, teardown_grace_s, record_step_time
+    [speculative] args                      (added to every arm with speculative = true, with the draft path)
+    [arms.<name>] speculative, args, env    (at least two arms; one baseline, one speculative)
+    [workload]  prompts, prompt_template, output_len, concurrency, rounds, repeats, warmup_output_len,
+                stream, token_range
+    [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
+                expect_break_even
+    [profile]   steps, arms, timeout_s      (optional torch-profiler window for draft/verify/decode GPU times)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+from ...tomlio import tomllib
+
+DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
+# flags the harness sets from [model] and [server]; a config that sets them too would contradict itself
+HARNESS_FLAGS = ("--model-path", "--tp-size", "--tp", "--tensor-parallel-size", "--port", "--host",
+                 "--speculative-draft-model-path", "--skip-tokenizer-init", "--tokenizer-path")
+
+
+class ConfigError(UserError):
+    """A bad benchmark config: the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    target: str
+    draft: str | None
+    tokenizer: str  # "target" (the target's own), "none" (--skip-tokenizer-init), or a path
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    tp: int
+    launcher: tuple[str, ...]
+    host: str
+    port: int  # 0: pick a free port per launch
+    args: tuple[str, ...]
+    env: dict[str, str]
+    startup_timeout_s: float
+    teardown_grace_s: float
+    record_step_time: bool
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    name: str
+    speculative: bool
+    args: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str | None = None
+    input_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    prompts_path: Path
+    prompts: tuple[Prompt, ...]
+    output_len: int
+    concurrency: tuple[int, ...]
+    rounds: int  # each of the c clients sends `rounds` requests back to back
+    repeats: int
+    warmup_output_len: int
+    stream: bool
+    token_range: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class VerdictSpec:
+    baseline: str
+    speculative: tuple[str, ...]
+    min_ratio: dict[int, float]  # concurrency -> min EAGLE-3/baseline tok/s (worst spec vs best baseline)
+    fusion_on: str | None
+    fusion_off: str | None
+    min_fusion_gain: float | None  # 0.15: fusion-on verify (or round) >= 15% faster; None: report only
+    expect_accept_len: float | None
+    expect_break_even: float | None
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    steps: int  # 0: no profiler window
+    arms: tuple[str, ...]
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    name: str
+    path: Path
+    description: str
+    model: ModelSpec
+    server: ServerSpec
+    speculative_args: tuple[str, ...]
+    arms: dict[str, ArmSpec]
+    workload: WorkloadSpec
+    verdict: VerdictSpec
+    profile: ProfileSpec
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def sha256(self) -> str:
+        """Hash of the parsed config (not the file bytes: comments and layout do not count)."""
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def skip_tokenizer_init(self) -> bool:
+        return self.model.tokenizer == "none"
+
+
+class _Section:
+    """One TOML table with typed getters that name `file: [section] key` on every error."""
+
+    def __init__(self, path: Path, name: str, data: Any, allowed: set[str]):
+        self.path, self.name = path, name
+        if not isinstance(data, dict):
+            raise self.error(None, f"must be a table, got {type(data).__name__}")
+        self.data = data
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise self.error(unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+    def where(self, key: str | None) -> str:
+        sec = f"[{self.name}]" if self.name else "top level"
+        return f"{self.path}: {sec}" + (f" {key}" if key else "")
+
+    def error(self, key: str | None, msg: str) -> ConfigError:
+        return ConfigError(f"{self.where(key)}: {msg}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def _get(self, key: str, default: Any, required: bool) -> Any:
+        if key not in self.data:
+            if required:
+                raise self.error(key, "missing (required)")
+            return default
+        return self.data[key]
+
+    def str_(self, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+        v = self._get(key, default, required)
+        if v is not None and (not isinstance(v, str) or not v):
+            raise self.error(key, f"expected a non-empty string, got {v!r}")
+        return v
+
+    def bool_(self, key: str, default: bool) -> bool:
+        v = self._get(key, default, False)
+        if not isinstance(v, bool):
+            raise self.error(key, f"expected true or false, got {v!r}")
+        return v
+
+    def int_(self, key: str, default: int | None = None, *, required: bool = False, min_: int = 1) -> int:
+        v = self._get(key, default, required)
+        if isinstance(v, bool) or not isinstance(v, int) or v < min_:
+            raise self.error(key, f"expected an integer >= {min_}, got {v!r}")
+        return v
+
+    def num(self, key: str, default: float | None = None, *, required: bool = False,
+            min_: float = 0.0) -> float | None:
+        v = self._get(key, default, required)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < min_:
+            raise self.error(key, f"expected a number >= {min_}, got {v!r}")
+        return float(v)
+
+    def str_list(self, key: str, default: list[str] | None = None, *,
+                 required: bool = False) -> tuple[str, ...]:
+        v = self._get(key, default if default is not None else [], required)
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self.error(key, f"expected a list of strings, got {v!r}")
+        return tuple(v)
+
+    def env(self, key: str) -> dict[str, str]:
+        v = self._get(key, {}, False)
+        if not isinstance(v, dict):
+            raise self.error(key, f"expected a table of NAME = \"value\", got {v!r}")
+        for k, x in v.items():
+            if not isinstance(x, str):
+                raise self.error(f"{key}.{k}", f"expected a string value (TOML: {k} = \"1\"), got {x!r}")
+        return dict(v)
+
+
+def with_tp(cfg: BenchConfig, tp: int) -> BenchConfig:
+    """The same benchmark at another tensor-parallel size (`bench eagle3 --tp N`). The TP size is part of the
+    config's hash, so runs at different sizes never merge (`--from-runs`)."""
+    if tp < 1:
+        raise UserError(f"--tp: expected >= 1, got {tp}")
+    if tp == cfg.server.tp:
+        return cfg
+    raw = copy.deepcopy(cfg.raw)
+    raw.setdefault("server", {})["tp"] = tp
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, tp=tp), raw=raw)
+
+
+def load_config(path: str | Path) -> BenchConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: benchmark config not found")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse_config(data, path)
+
+
+def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
+    top = _Section(path, "", data, {"name", "description", "model", "server", "speculative", "arms",
+                                    "workload", "verdict", "profile"})
+    name = top.str_("name", path.stem)
+    description = top.str_("description", "") if top.has("description") else ""
+
+    m = _Section(path, "model", top._get("model", None, True), {"target", "draft", "tokenizer"})
+    model = ModelSpec(target=m.str_("target", required=True), draft=m.str_("draft"),
+                      tokenizer=m.str_("tokenizer", "target"))
+
+    s = _Section(path, "server", top._get("server", None, True),
+                 {"tp", "launcher", "host", "port", "args", "env", "startup_timeout_s", "teardown_grace_s",
+                  "record_step_time"})
+    launcher = s.str_list("launcher", list(DEFAULT_LAUNCHER))
+    if not launcher:
+        raise s.error("launcher", "must name a program, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
+    server = ServerSpec(
+        tp=s.int_("tp", required=True), launcher=launcher, host=s.str_("host", "127.0.0.1"),
+        port=s.int_("port", 30000, min_=0), args=s.str_list("args"), env=s.env("env"),
+        startup_timeout_s=s.num("startup_timeout_s", 600.0, min_=1.0),
+        teardown_grace_s=s.num("teardown_grace_s", 20.0, min_=0.0),
+        record_step_time=s.bool_("record_step_time", True))
+    _no_harness_flags(s, "args", server.args)
+
+    sp = _Section(path, "speculative", top._get("speculative", {}, False), {"args"})
+    speculative_args = sp.str_list("args")
+    _no_harness_flags(sp, "args", speculative_args)
+
+    arms_raw = top._get("arms", None, True)
+    if not isinstance(arms_raw, dict) or len(arms_raw) < 2:
+        raise top.error("arms", "needs at least two [arms.<name>] tables (a baseline and a speculative arm)")
+    arms: dict[str, ArmSpec] = {}
+    for arm_name, arm_data in arms_raw.items():
+        a = _Section(path, f"arms.{arm_name}", arm_data, {"speculative", "args", "env"})
+        arms[arm_name] = ArmSpec(arm_name, a.bool_("speculative", False), a.str_list("args"), a.env("env"))
+        _no_harness_flags(a, "args", arms[arm_name].args)
+        if "," in arm_name:
+            raise a.error(None, "arm names must not contain ',' (--arms takes a comma-separated list)")
+    if any(a.speculative for a in arms.values()):
+        if not model.draft:
+            raise m.error("draft", "missing: arms with speculative = true need the draft model path")
+        if not speculative_args:
+            raise sp.error("args", "missing: speculative arms need e.g. "
+                                   "[\"--speculative-algorithm\", \"EAGLE3\", ...]")
+
+    workload = _parse_workload(path, top._get("workload", None, True), model)
+
+    v = _Section(path, "verdict", top._get("verdict", None, True),
+                 {"baseline", "speculative", "min_ratio", "fusion", "min_fusion_gain", "expect_accept_len",
+                  "expect_break_even"})
+    baseline = v.str_("baseline", required=True)
+    _check_arm(v, "baseline", baseline, arms, speculative=False)
+    spec_arms = v.str_list("speculative", [a.name for a in arms.values() if a.speculative])
+    if not spec_arms:
+        raise v.error("speculative", "needs at least one speculative arm to compare against the baseline")
+    for a in spec_arms:
+        _check_arm(v, "speculative", a, arms, speculative=True)
+    min_ratio = _parse_min_ratio(v, workload.concurrency)
+    fusion = v.str_list("fusion")
+    if fusion and len(fusion) != 2:
+        raise v.error("fusion", f"expected [\"<fusion-on arm>\", \"<fusion-off arm>\"], got {list(fusion)}")
+    for a in fusion:
+        _check_arm(v, "fusion", a, arms, speculative=True)
+    min_fusion_gain = v.num("min_fusion_gain", None, min_=-1.0)
+    if min_fusion_gain is not None and not fusion:
+        raise v.error("min_fusion_gain", "set without verdict.fusion = [on_arm, off_arm]")
+    verdict = VerdictSpec(
+        baseline=baseline, speculative=spec_arms, min_ratio=min_ratio,
+        fusion_on=fusion[0] if fusion else None, fusion_off=fusion[1] if fusion else None,
+        min_fusion_gain=min_fusion_gain,
+        expect_accept_len=v.num("expect_accept_len", None, min_=1.0),
+        expect_break_even=v.num("expect_break_even", None, min_=0.0))
+
+    p = _Section(path, "profile", top._get("profile", {}, False), {"steps", "arms", "timeout_s"})
+    profile = ProfileSpec(steps=p.int_("steps", 0, min_=0),
+                          arms=p.str_list("arms", [baseline, *spec_arms]),
+                          timeout_s=p.num("timeout_s", 120.0, min_=1.0))
+    for a in profile.arms:
+        _check_arm(p, "arms", a, arms, speculative=None)
+
+    return BenchConfig(name=name, path=path, description=description, model=model, server=server,
+                       speculative_args=speculative_args, arms=arms, workload=workload, verdict=verdict,
+                       profile=profile, raw=data)
+
+
+def _no_harness_flags(sec: _Section, key: str, args: tuple[str, ...]) -> None:
+    for a in args:
+        flag = a.split("=", 1)[0]
+        if flag in HARNESS_FLAGS:
+            raise sec.error(key, f"{flag} is set by the harness from [model] and [server]; remove it here")
+
+
+def _check_arm(sec: _Section, key: str, arm: str, arms: dict[str, ArmSpec], *,
+               speculative: bool | None) -> None:
+    if arm not in arms:
+        raise sec.error(key, f"names arm {arm!r}, which has no [arms.{arm}] table (arms: {', '.join(arms)})")
+    if speculative is not None and arms[arm].speculative != speculative:
+        want = "speculative = true" if speculative else "speculative = false"
+        raise sec.error(key, f"arm {arm!r} must have {want}")
+
+
+def _parse_min_ratio(v: _Section, concurrency: tuple[int, ...]) -> dict[int, float]:
+    raw = v._get("min_ratio", None, True)
+    if not isinstance(raw, dict) or not raw:
+        raise v.error("min_ratio", "expected a table of <concurrency> = <ratio>, "
+                                   "e.g. min_ratio = { 1 = 1.3 }")
+    out: dict[int, float] = {}
+    for k, r in raw.items():
+        try:
+            c = int(k)
+        except ValueError:
+            raise v.error(f"min_ratio.{k}", "keys are concurrency levels (integers)") from None
+        if c not in concurrency:
+            raise v.error(f"min_ratio.{k}",
+                          f"concurrency {c} is not in workload.concurrency {list(concurrency)}")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0:
+            raise v.error(f"min_ratio.{k}", f"expected a positive number, got {r!r}")
+        out[c] = float(r)
+    return out
+
+
+def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
+    w = _Section(path, "workload", data, {"prompts", "prompt_template", "output_len", "concurrency", "rounds",
+                                          "repeats", "warmup_output_len", "stream", "token_range"})
+    conc = w._get("concurrency", None, True)
+    if (not isinstance(conc, list) or not conc
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc)
+            or len(set(conc)) != len(conc)):
+        raise w.error("concurrency", f"expected a non-empty list of distinct integers >= 1, got {conc!r}")
+    tr = w._get("token_range", None, False)
+    token_range = None
+    if tr is not None:
+        if (not isinstance(tr, list) or len(tr) != 2 or not all(isinstance(x, int) for x in tr)
+                or not 0 <= tr[0] < tr[1]):
+            raise w.error("token_range", f"expected [lo, hi) with 0 <= lo < hi, got {tr!r}")
+        token_range = (tr[0], tr[1])
+    rel = w.str_("prompts", required=True)
+    prompts_path = (path.parent / rel).resolve()
+    prompts = load_prompts(prompts_path, where=w.where("prompts"), need_ids=model.tokenizer == "none",
+                           token_range=token_range)
+    template = w.str_("prompt_template")
+    if template is not None:
+        if template.count("{prompt}") != 1:
+            raise w.error("prompt_template", "must contain {prompt} exactly once")
+        if any(p.text is None for p in prompts):
+            raise w.error("prompt_template",
+                          "applies to \"text\" prompts only; the prompt file has input_ids")
+        prompts = tuple(Prompt(text=template.replace("{prompt}", p.text or "")) for p in prompts)
+    return WorkloadSpec(
+        prompts_path=prompts_path, prompts=prompts, output_len=w.int_("output_len", required=True, min_=2),
+        concurrency=tuple(conc), rounds=w.int_("rounds", 2), repeats=w.int_("repeats", 3),
+        warmup_output_len=w.int_("warmup_output_len", 16), stream=w.bool_("stream", False),
+        token_range=token_range)
+
+
+def load_prompts(path: Path, *, where: str, need_ids: bool,
+                 token_range: tuple[int, int] | None) -> tuple[Prompt, ...]:
+    """JSONL, one object a line with exactly one of "text" (a string) or "input_ids" (a list of ints)."""
+    if not path.is_file():
+        raise ConfigError(f"{where}: prompt file {path} not found")
+    out: list[Prompt] = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        at = f"{where}: {path}:{n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{at}: not JSON: {e}") from None
+        if not isinstance(obj, dict) or len({"text", "input_ids"} & set(obj)) != 1:
+            raise ConfigError(f"{at}: expected an object with exactly one of \"text\" or \"input_ids\"")
+        if "text" in obj:
+            if need_ids:
+                raise ConfigError(f"{at}: \"text\" prompt, but [model] tokenizer = \"none\" "
+                                  "(--skip-tokenizer-init) needs \"input_ids\"")
+            if not isinstance(obj["text"], str) or not obj["text"]:
+                raise ConfigError(f"{at}: \"text\" must be a non-empty string")
+            out.append(Prompt(text=obj["text"]))
+        else:
+            ids = obj["input_ids"]
+            if (not isinstance(ids, list) or not ids
+                    or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)):
+                raise ConfigError(f"{at}: \"input_ids\" must be a non-empty list of non-negative integers")
+            if token_range is not None:
+                bad = [i for i in ids if not token_range[0] <= i < token_range[1]]
+                if bad:
+                    raise ConfigError(f"{at}: token id {bad[0]} outside workload.token_range "
+                                      f"[{token_range[0]}, {token_range[1]})")
+            out.append(Prompt(input_ids=tuple(ids)))
+    if not out:
+        raise ConfigError(f"{where}: prompt file {path} holds no prompts")
+    return tuple(out)
+
+
+def select_arms(cfg: BenchConfig, names: str | None) -> list[str]:
+    """--arms a,b -> arm names in config order; every name must exist."""
+    if not names:
+        return list(cfg.arms)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in cfg.arms]
+    if unknown:
+        raise UserError(f"--arms: unknown arm {unknown[0]!r} (config {cfg.path} has: {', '.join(cfg.arms)})")
+    return [n for n in cfg.arms if n in wanted]

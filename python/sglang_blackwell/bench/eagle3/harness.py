@@ -1,0 +1,549 @@
+"""`sglang-blackwell bench eagle3`: does EAGLE-3 beat the non-speculative baseline, and by how much?
+
+For every repeat, every arm in turn (A B C A B C ...: launch-to-launch variance is larger than the effects we
+measure, so arms interleave): start the server in its own session (or use an attached one), check it is the
+server the arm describes (/server_info), warm up, measure a streamed TTFT probe, then per concurrency: flush
+the radix cache, reset the spec counters, snapshot the step times, run the closed-loop workload, snapshot.
+Optionally a torch-profiler window for draft/verify/decode GPU times. Then take the server down completely.
+Every arm run is appended to <stem>_runs.jsonl as soon as it ends; the receipt, the verdict and the plots come
+from those runs (also later, from several such files: --from-runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ... import procs, receipts
+from ...box import nvidia_smi as nvidia
+from ...errors import UserError
+from ...paths import repo_root
+from . import client, plots, sglang_api, trace
+from .config import ArmSpec, BenchConfig, load_config, select_arms, with_tp
+from .server import (
+    Server,
+    ServerError,
+    TeardownError,
+    attached_server,
+    free_port,
+    launched_server,
+)
+from .verdict import aggregate, evaluate, summary
+
+KIND = "bench-eagle3"
+RUN_SCHEMA = "sglang-blackwell/bench-eagle3-run/1"
+SERVER_FACTS = (  # what /server_info says about the server that was measured
+    "version", "model_path", "tp_size", "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "attention_backend",
+    "disable_custom_all_reduce", "enforce_disable_flashinfer_allreduce_fusion",
+    "flashinfer_allreduce_fusion_backend", "enable_flashinfer_allreduce_fusion", "cuda_graph_max_bs",
+    "cuda_graph_max_bs_decode", "disable_radix_cache", "decode_log_interval", "skip_tokenizer_init")
+MEASUREMENT = {
+    "tok_s": "client: output tokens of all requests at one concurrency / wall time from the first request "
+             "sent to the last answer (closed loop: c clients, each `rounds` requests back to back)",
+    "ttft_ms": "streamed requests: time to the first output chunk; else an idle streamed probe (3 requests, "
+               "8 tokens) after warm-up",
+    "tpot_ms": "median over requests of (e2e - ttft) / (output tokens - 1)",
+    "accept_len": "sum(completion_tokens) / sum(spec_verify_ct) over the measured requests' meta_info "
+                  "(accepted drafts + bonus token per verify); accept_len_server: /server_info "
+                  "avg_spec_accept_length after a reset (POST /set_internal_state), rolled up every "
+                  "decode_log_interval steps, so approximate",
+    "step_ms": "SGLANG_RECORD_STEP_TIME=1 step_time_dict: seconds per decode iteration (one draft+verify "
+               "round on speculative servers), one entry per decode log interval; 20th percentile of the "
+               "entries added during the window at batch size = concurrency (an interval that spans the "
+               "gap between two requests only reads high; sglang's bench_speculative takes the same "
+               "percentile); step_ms_median alongside",
+    "profile_ms": "optional torch profiler window (/start_profile): GPU time of SGLang's spans step[DECODE], "
+                  "step[TARGET_VERIFY], draft, draft_extend (0.5.14+), one window over all streams per step; "
+                  "inside it, GPU time of the all-reduce kernels (FlashInfer fused AR+residual+RMSNorm or "
+                  "NCCL; includes waiting for the peer rank) and of the separate residual-add+RMSNorm",
+}
+
+Progress = Callable[[str], None]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="benchmark/<name>.toml")
+    p.add_argument("--out", help="where the receipt, runs, plots and server logs go "
+                                 "(default: benchmark/results/)")
+    p.add_argument("--attach", nargs="+", metavar="[ARM=]URL",
+                   help="measure servers someone else started instead of launching them: ARM=URL each, or "
+                        "URLs in the order of the (selected) arms")
+    p.add_argument("--repeats", type=int, help="launches per arm (default: workload.repeats)")
+    p.add_argument("--tp", type=int, help="tensor-parallel size (default: the config's [server] tp)")
+    p.add_argument("--arms", help="comma-separated subset of the config's arms (default: all)")
+    p.add_argument("--deadline-s", type=float,
+                   help="start no arm run that would likely end after this many seconds (bounded lab calls)")
+    p.add_argument("--from-runs", nargs="+", metavar="RUNS.jsonl",
+                   help="run nothing: build the receipt, verdict and plots from earlier *_runs.jsonl files")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+def _progress_printer() -> Progress:
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def run(a: argparse.Namespace) -> int:
+    cfg = load_config(a.config)
+    if getattr(a, "tp", None) is not None:
+        cfg = with_tp(cfg, a.tp)
+    arms = select_arms(cfg, a.arms)
+    if a.repeats is not None and a.repeats < 1:
+        raise UserError(f"--repeats: expected >= 1, got {a.repeats}")
+    repeats = a.repeats or cfg.workload.repeats
+    out_dir = Path(a.out) if a.out else _default_out()
+    stem = out_dir / f"{KIND}_{cfg.name}_{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    progress = _progress_printer()
+    interrupted = fatal = None
+    if a.from_runs:
+        if a.attach:
+            raise UserError("--from-runs and --attach exclude each other")
+        runs = read_runs(cfg, [Path(p) for p in a.from_runs])
+        runs = [r for r in runs if r["arm"] in arms]
+        mode = "+".join(sorted({r["mode"] for r in runs})) or "none"
+    else:
+        attach = parse_attach(a.attach, arms) if a.attach else None
+        mode = "attach" if attach else "launch"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        runs = []
+        try:
+            run_all(cfg, arms, repeats, stem, attach=attach, deadline_s=a.deadline_s, progress=progress,
+                    on_run=runs.append)
+        except KeyboardInterrupt as e:
+            interrupted = str(e) or "Ctrl-C"
+            progress(f"interrupted ({interrupted}): writing what was measured")
+        except TeardownError as e:
+            fatal = e
+            progress(f"ABORT: {e}")
+    receipt = build_receipt(cfg, arms, runs, repeats=repeats, mode=mode, interrupted=interrupted,
+                            fatal=str(fatal) if fatal else None)
+    path = write_outputs(receipt, stem, plots_wanted=not a.no_plots, progress=progress)
+    print(report_text(receipt))
+    print(f"receipt: {path}")
+    if fatal:
+        raise fatal
+    if interrupted:
+        return 130
+    return 0 if receipt["summary"]["passed"] else 1
+
+
+def _default_out() -> Path:
+    root = repo_root()
+    return (root if root else Path.cwd()) / "benchmark" / "results"
+
+
+def parse_attach(items: list[str], arms: list[str]) -> dict[str, str]:
+    named = [i for i in items if "=" in i.split("://", 1)[0]]
+    if named and len(named) != len(items):
+        raise UserError("--attach: give either ARM=URL for every server or plain URLs, not a mix")
+    if named:
+        out = {}
+        for item in items:
+            arm, url = item.split("=", 1)
+            if arm not in arms:
+                raise UserError(f"--attach {item}: arm {arm!r} is not among the selected arms "
+                                f"({', '.join(arms)})")
+            out[arm] = url.rstrip("/")
+        missing = [x for x in arms if x not in out]
+        if missing:
+            raise UserError(f"--attach: no URL for arm(s) {', '.join(missing)} (or select fewer with --arms)")
+        return out
+    if len(items) != len(arms):
+        raise UserError(f"--attach: {len(items)} URL(s) for {len(arms)} arm(s) ({', '.join(arms)}); "
+                        "give one per arm, in that order, or use ARM=URL")
+    return {arm: url.rstrip("/") for arm, url in zip(arms, items, strict=True)}
+
+
+def interleaved(arms: list[str], repeats: int) -> list[tuple[int, str]]:
+    """A B C A B C ...: (repeat, arm) in the order the arms run."""
+    return [(r, arm) for r in range(1, repeats + 1) for arm in arms]
+
+
+def server_command(cfg: BenchConfig, arm: ArmSpec, port: int) -> list[str]:
+    cmd = [*cfg.server.launcher, "--model-path", cfg.model.target, "--tp-size", str(cfg.server.tp),
+           "--host", cfg.server.host, "--port", str(port)]
+    if cfg.model.tokenizer == "none":
+        cmd.append("--skip-tokenizer-init")
+    elif cfg.model.tokenizer != "target":
+        cmd += ["--tokenizer-path", cfg.model.tokenizer]
+    cmd += cfg.server.args
+    if arm.speculative:
+        cmd += [*cfg.speculative_args, "--speculative-draft-model-path", str(cfg.model.draft)]
+    cmd += arm.args
+    return cmd
+
+
+def server_env(cfg: BenchConfig, arm: ArmSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(cfg.server.env)
+    env.update(arm.env)
+    if cfg.server.record_step_time:
+        env["SGLANG_RECORD_STEP_TIME"] = "1"
+    return env
+
+
+def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, attach: dict[str, str] | None,
+            deadline_s: float | None, progress: Progress, on_run: Callable[[dict[str, Any]], None]) -> None:
+    plan = interleaved(arms, repeats)
+    host = {"versions": receipts.collect_versions(), "machine": nvidia.machine()}
+    runs_path = stem.with_name(stem.name + "_runs.jsonl")
+    t0 = time.monotonic()
+    longest = 0.0
+    progress(f"{cfg.name}: {len(plan)} arm runs ({repeats} x {', '.join(arms)}), "
+             f"{'attached servers' if attach else 'launching servers'}; runs -> {runs_path}")
+    with procs.signals_as_interrupt():
+        for i, (rep, arm) in enumerate(plan, 1):
+            elapsed = time.monotonic() - t0
+            if deadline_s is not None and elapsed + longest > deadline_s:
+                progress(f"deadline: {elapsed:.0f} s gone, an arm run takes up to {longest:.0f} s, "
+                         f"{deadline_s:.0f} s allowed: skipping the last {len(plan) - i + 1} arm run(s)")
+                break
+            progress(f"[{i}/{len(plan)}] repeat {rep}/{repeats}, arm {arm}")
+            t = time.monotonic()
+            rec = run_arm(cfg, cfg.arms[arm], rep, stem, url=attach.get(arm) if attach else None,
+                          progress=progress)
+            rec["host"] = host
+            longest = max(longest, time.monotonic() - t)
+            _append_run(runs_path, cfg, rec)
+            on_run(rec)
+            if rec.get("fatal"):
+                raise TeardownError(rec["error"])
+
+
+def _append_run(path: Path, cfg: BenchConfig, rec: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        line = {"schema": RUN_SCHEMA, "config": cfg.name, "config_sha256": cfg.sha256, "run": rec}
+        f.write(json.dumps(line, default=str) + "\n")
+
+
+# runs recorded before the profiler's per-stream GPU annotations were merged into one window per step (their
+# source says exactly this) counted every stream's span as a step: their stage times are not GPU step times
+PER_STREAM_PROFILE_SOURCE = "GPU (gpu_user_annotation)"
+
+
+def _valid_profile(profile: dict[str, Any] | None) -> dict[str, Any] | None:
+    if profile and profile.get("source") == PER_STREAM_PROFILE_SOURCE and profile.get("stages"):
+        return {**profile, "stages": {}, "discarded_stages": profile["stages"],
+                "discarded": "recorded per CUDA stream, not per step (bench/trace.py before 2026-11-30): "
+                             "not GPU step times"}
+    return profile
+
+
+def read_runs(cfg: BenchConfig, paths: list[Path]) -> list[dict[str, Any]]:
+    runs = []
+    for p in paths:
+        if not p.is_file():
+            raise UserError(f"--from-runs {p}: not found")
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{p}:{n}: not JSON: {e}") from None
+            if obj.get("schema") != RUN_SCHEMA:
+                raise UserError(f"{p}:{n}: schema {obj.get('schema')!r}, expected {RUN_SCHEMA!r}")
+            if obj.get("config_sha256") != cfg.sha256:
+                theirs = str(obj.get("config_sha256"))[:12]
+                raise UserError(f"{p}:{n}: measured with a different config than {cfg.path} "
+                                f"(config {obj.get('config')!r}, sha256 {theirs}... vs {cfg.sha256[:12]}...)")
+            run = dict(obj["run"], source=f"{p.name}:{n}")
+            run["profile"] = _valid_profile(run.get("profile"))
+            run["repeat"] = sum(1 for r in runs if r["arm"] == run["arm"]) + 1  # 1..N over all files
+            runs.append(run)
+    return runs
+
+
+# ---- one arm run ------------------------------------------------------------------------------------------
+
+def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str | None,
+            progress: Progress) -> dict[str, Any]:
+    rec: dict[str, Any] = {"arm": arm.name, "repeat": repeat, "mode": "attach" if url else "launch",
+                           "started": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+                           "url": url, "startup_s": None, "server": {}, "levels": {}, "profile": None,
+                           "teardown": None, "log": None, "error": None}
+    try:
+        if url:
+            measure(cfg, arm, attached_server(url), rec, progress)
+            return rec
+        port = cfg.server.port or free_port(cfg.server.host)
+        url = f"http://{cfg.server.host}:{port}"
+        log = stem.with_name(stem.name + "_logs") / f"r{repeat}-{_safe(arm.name)}.log"
+        rec.update(url=url, log=str(log))
+        cmd = server_command(cfg, arm, port)
+        progress(f"  launching: {' '.join(cmd)}")
+        server = Server(url=url, log_path=log)
+        try:
+            with launched_server(server, cmd, server_env(cfg, arm), progress=progress,
+                                 startup_timeout_s=cfg.server.startup_timeout_s,
+                                 grace_s=cfg.server.teardown_grace_s):
+                rec["startup_s"] = round(server.startup_s or 0.0, 2)
+                progress(f"  healthy after {rec['startup_s']:.1f} s")
+                measure(cfg, arm, server, rec, progress)
+        finally:
+            if server.teardown:
+                rec["teardown"] = server.teardown
+                gpu = server.teardown.get("gpu", {})
+                progress(f"  torn down in {server.teardown['teardown_s']:.1f} s: session gone"
+                         + (", no GPU process of ours left" if gpu.get("checked") else " (no nvidia-smi)")
+                         + (" (needed SIGKILL)" if server.teardown.get("sigkill") else ""))
+    except TeardownError as e:  # recorded with what was measured; run_all then stops the benchmark
+        rec.update(error=str(e), fatal=True)
+        progress(f"  TEARDOWN FAILED: {e}")
+    except (ServerError, client.RequestError, BenchRunError) as e:
+        rec["error"] = str(e)
+        progress(f"  FAILED: {str(e).splitlines()[0]}")
+    except Exception as e:  # anything else costs this arm run, not the runs already measured
+        rec["error"] = f"{type(e).__name__}: {e}"
+        progress(f"  FAILED: {rec['error'].splitlines()[0]}")
+    return rec
+
+
+class BenchRunError(RuntimeError):
+    pass
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def check_identity(info: dict[str, Any], cfg: BenchConfig, arm: ArmSpec, url: str) -> None:
+    """The server must be what the arm says: speculative or not, and the configured TP size."""
+    alg = info.get("speculative_algorithm")
+    if arm.speculative and not alg:
+        raise BenchRunError(f"arm {arm.name!r} is speculative but {url} reports "
+                            f"speculative_algorithm={alg!r}")
+    if not arm.speculative and alg:
+        raise BenchRunError(f"arm {arm.name!r} is the non-speculative baseline but {url} reports "
+                            f"speculative_algorithm={alg!r}")
+    tp = info.get("tp_size")
+    if tp is not None and tp != cfg.server.tp:
+        raise BenchRunError(f"arm {arm.name!r}: {url} runs tp_size={tp}, "
+                            f"config {cfg.path} says tp={cfg.server.tp}")
+
+
+def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any], progress: Progress) -> None:
+    url, w = server.url, cfg.workload
+    info = sglang_api.server_info(url)
+    check_identity(info, cfg, arm, url)
+    rec["server"] = {k: info.get(k) for k in SERVER_FACTS}
+    rec["server"]["records_step_time"] = sglang_api.step_times(info) is not None
+    for c in w.concurrency:  # warm-up: every batch size the window uses (JIT kernels compile on first use)
+        client.run_level(url, w.prompts, concurrency=c, rounds=1, output_len=w.warmup_output_len,
+                         stream=False, prompt_offset=len(w.prompts) - c)
+    ttft_probe = None if w.stream else client.ttft_probe(url, w.prompts[0], n=3)
+    offset = 0
+    for c in w.concurrency:
+        _flush_cache(url)
+        reset = sglang_api.reset_spec_stats(url) if arm.speculative else False
+        before = sglang_api.step_times(sglang_api.server_info(url))
+        lv = client.run_level(url, w.prompts, concurrency=c, rounds=w.rounds, output_len=w.output_len,
+                              stream=w.stream, prompt_offset=offset)
+        after_info = sglang_api.server_info(url)
+        offset += c * w.rounds
+        m = client.level_metrics(lv, ttft_probe)
+        steps = sglang_api.new_step_times(before, sglang_api.step_times(after_info), c)
+        m["step_ms"] = round(1e3 * sglang_api.low_quantile(steps), 4) if steps else None
+        m["step_ms_median"] = round(1e3 * statistics.median(steps), 4) if steps else None
+        m["step_samples"] = len(steps)
+        m["accept_len_server"] = sglang_api.avg_accept_length(after_info) if reset else None
+        rec["levels"][str(c)] = m
+        progress(f"  c={c}: {m['tok_s']:.1f} tok/s, TTFT {_fmt(m['ttft_ms'])} ms, "
+                 f"TPOT {_fmt(m['tpot_ms'])} ms"
+                 + (f", accept {m['accept_len']:.2f}" if m["accept_len"] is not None else "")
+                 + (f", step {m['step_ms']:.2f} ms ({len(steps)} samples)" if steps else ", no step times"))
+    if cfg.profile.steps and arm.name in cfg.profile.arms:
+        rec["profile"] = profile_window(cfg, server, info, progress)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _flush_cache(url: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # radix cache disabled or busy: nothing to flush
+        sglang_api.http_json(url + "/flush_cache", {}, timeout=30)
+
+
+def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any],
+                   progress: Progress) -> dict[str, Any]:
+    """Torch profiler over cfg.profile.steps forward batches of one request; parse rank 0's trace and keep it
+    next to the server log (<log stem>.trace.json.gz, for kernel-level reading later; gzipped as sglang writes
+    it), or delete it when there is no log (--attach). The server writes the trace, so this works for servers
+    on this machine only."""
+    steps = cfg.profile.steps
+    per_step = int(info.get("speculative_num_draft_tokens") or 1)
+    tmp = Path(tempfile.mkdtemp(prefix="sgl-bench-profile-"))
+    os.chmod(tmp, 0o777)
+    try:
+        sglang_api.start_profile(server.url, str(tmp), steps, prefix="bench")
+        client.generate(server.url, cfg.workload.prompts[0], steps * per_step + 16, stream=False)
+        sglang_api.stop_profile(server.url)
+        path = _wait_trace(tmp, cfg.profile.timeout_s)
+        res = trace.stage_times(trace.load_trace(path))
+        res.update(steps=steps, trace_bytes=path.stat().st_size)
+        if server.log_path is not None:
+            kept = server.log_path.with_suffix(".trace.json" + (".gz" if path.name.endswith(".gz") else ""))
+            shutil.copyfile(path, kept)
+            res["trace"] = kept.name
+        progress("  profile: " + ", ".join(
+            f"{s} {v['median_ms']:.3f} ms" + (f" (all-reduce {v['allreduce_ms']:.3f} ms in {v['allreduce_calls']:g}"
+                                             f" calls, add+RMSNorm {v['add_rmsnorm_ms']:.3f} ms)"
+                                             if "allreduce_ms" in v else "")
+            for s, v in res["stages"].items())
+                 + f" [{res['source']}]")
+        return res
+    except Exception as e:  # a profiler problem must not cost the measurement
+        progress(f"  profile window failed: {type(e).__name__}: {e}")
+        return {"error": f"{type(e).__name__}: {e}"[:500]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _wait_trace(d: Path, timeout_s: float) -> Path:
+    deadline = time.monotonic() + timeout_s
+    last_size = -1
+    while time.monotonic() < deadline:
+        found = sorted(d.glob("*TP-0*.trace.json*"))
+        if found:
+            size = found[0].stat().st_size
+            if size == last_size and size > 0:
+                return found[0]
+            last_size = size
+        time.sleep(1.0)
+    raise BenchRunError(f"no rank-0 trace in {d} after {timeout_s:.0f} s "
+                        "(a server on another machine writes it there)")
+
+
+# ---- receipt, report, plots ---------------------------------------------------------------------------
+
+def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]], *, repeats: int, mode: str,
+                  interrupted: str | None = None, fatal: str | None = None) -> dict[str, Any]:
+    conc = cfg.workload.concurrency
+    agg = aggregate(runs, arms, conc)
+    problems = [f"arm {r['arm']} repeat {r['repeat']}: {r['error'].splitlines()[0]}"
+                for r in runs if r.get("error")]
+    per_arm = {a: sum(1 for r in runs if r["arm"] == a) for a in arms}
+    short = {a: n for a, n in per_arm.items() if n < repeats}
+    if short:
+        problems.append("incomplete: " + ", ".join(f"{a} ran {n} of {repeats}" for a, n in short.items()))
+    if interrupted:
+        problems.append(f"interrupted: {interrupted}")
+    if fatal:
+        problems.append(f"aborted: {fatal}")
+    v = cfg.verdict
+    spec = tuple(a for a in v.speculative if a in arms)
+    if v.baseline not in arms:
+        problems.append(f"the verdict's baseline arm {v.baseline!r} was not run (--arms)")
+    if not spec:
+        problems.append(f"none of the verdict's speculative arms ({', '.join(v.speculative)}) "
+                        "was run (--arms)")
+    fusion_ok = bool(v.fusion_on and v.fusion_on in arms and v.fusion_off in arms)
+    v_run = dataclasses.replace(v, speculative=spec or v.speculative,
+                                fusion_on=v.fusion_on if fusion_ok else None,
+                                fusion_off=v.fusion_off if fusion_ok else None,
+                                min_fusion_gain=v.min_fusion_gain if fusion_ok else None)
+    verdict = evaluate(agg, v_run, conc, problems=problems,
+                       spec_arms=[a for a in arms if cfg.arms[a].speculative])
+    host = next((r["host"] for r in runs if r.get("host")), None)  # the machine that measured
+    m = host["machine"] if host else nvidia.machine()
+    versions = dict(host["versions"]) if host else receipts.collect_versions()
+    served = sorted({str(r["server"].get("version")) for r in runs if r.get("server", {}).get("version")})
+    if served:
+        versions["sglang"] = served[0] if len(served) == 1 else served
+    prompts_sha = hashlib.sha256(cfg.workload.prompts_path.read_bytes()).hexdigest()
+    return receipts.make_receipt(
+        KIND,
+        summary(agg, verdict, v_run, machine=nvidia.machine_label(m), tp=cfg.server.tp, config=cfg.name),
+        tp=cfg.server.tp, machine=m, versions=versions,
+        config={"name": cfg.name, "path": str(cfg.path), "sha256": cfg.sha256, "content": cfg.raw},
+        mode=mode,
+        arms={a: {"speculative": cfg.arms[a].speculative, "args": list(cfg.arms[a].args),
+                  "env": cfg.arms[a].env} for a in arms},
+        workload={"prompts": str(cfg.workload.prompts_path), "prompts_sha256": prompts_sha,
+                  "num_prompts": len(cfg.workload.prompts), "output_len": cfg.workload.output_len,
+                  "concurrency": list(conc), "rounds": cfg.workload.rounds, "repeats": repeats,
+                  "stream": cfg.workload.stream},
+        measurement=MEASUREMENT, aggregate=agg, verdict=verdict, runs=runs,
+        complete=not short and not interrupted and not fatal)
+
+
+def write_outputs(receipt: dict[str, Any], stem: Path, *, plots_wanted: bool, progress: Progress) -> Path:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    files: list[str] = []
+    if plots_wanted:
+        if plots.available():
+            try:
+                files = [p.name for p in plots.plot_receipt(receipt, stem)]
+            except Exception as e:  # a plotting problem must not cost the receipt
+                progress(f"plots failed: {type(e).__name__}: {e}")
+        else:
+            progress("matplotlib not installed: no plots (pip install 'sglang-blackwell[plot]'; "
+                     "then rerun with --from-runs to draw them)")
+    receipt["plots"] = files
+    return receipts.write_receipt(receipt, stem.with_name(stem.name + ".json"))
+
+
+def report_text(receipt: dict[str, Any]) -> str:
+    lines = [f"bench eagle3 {receipt['summary']['config']} on {receipt['summary']['machine']}, "
+             f"TP={receipt['summary']['tp']} ({receipt['mode']})"]
+    lines.append(f"{'arm':<16} {'c':>3} {'tok/s median [min-max]':>28} {'accept':>7} {'step ms':>8} "
+                 f"{'TTFT ms':>8} {'TPOT ms':>8} {'runs':>4}")
+    for arm, a in receipt["aggregate"].items():
+        for c, lv in a["levels"].items():
+            t = lv["tok_s"]
+            tok = f"{t['median']:.1f} [{t['min']:.1f}-{t['max']:.1f}]" if t else "-"
+
+            def med(k: str, lv: dict[str, Any] = lv) -> str:
+                return f"{lv[k]['median']:.2f}" if lv.get(k) else "-"
+
+            lines.append(f"{arm:<16} {c:>3} {tok:>28} {med('accept_len'):>7} {med('step_ms'):>8} "
+                         f"{med('ttft_ms'):>8} {med('tpot_ms'):>8} {t['n'] if t else 0:>4}")
+    v = receipt["verdict"]
+    for k in v["checks"]:
+        if "worst_over_best" in k:
+            lines.append(f"c={k['concurrency']} {k['arm']} vs {k['baseline']}: "
+                         f"worst/best {k['worst_over_best']:.3f} "
+                         f"(need >= {k['min_ratio']}), median ratio {k['median_ratio']:.3f}, accept "
+                         f"{_fmt(k['accept_len'])}, break-even {_fmt(k['break_even_accept_len'])}: "
+                         + ("pass" if k["passed"] else "FAIL"))
+        else:
+            lines.append(f"c={k['concurrency']} {k['arm']}: FAIL ({k['why']})")
+        for n in (k.get("diagnosis") or {}).get("notes", []):
+            lines.append(f"    {n}")
+        if k.get("diagnosis"):
+            lines.append(f"    regressed: {', '.join(k['diagnosis']['regressed'])}")
+    for t in v.get("table", []):
+        lines.append(f"  c={t['concurrency']} {t['arm']}: median ratio {t['median_ratio']:.3f}, accept "
+                     f"{_fmt(t['accept_len'])}, break-even {_fmt(t['break_even_accept_len'])} "
+                     f"(round {_fmt(t['round_ms'])} ms / decode {_fmt(t['decode_ms'])} ms)")
+    f = v.get("fusion")
+    if f:
+        lines.append(f"fusion {f['on']} vs {f['off']} at c={f['concurrency']}: "
+                     f"verify ms {_fmt(f['verify_ms_on'])} vs {_fmt(f['verify_ms_off'])}, "
+                     f"round ms {_fmt(f['round_ms_on'])} vs {_fmt(f['round_ms_off'])}, "
+                     f"all-reduce+norm kernels in verify ms {_fmt(f.get('verify_allreduce_norm_ms_on'))} vs "
+                     f"{_fmt(f.get('verify_allreduce_norm_ms_off'))}, "
+                     f"gain {_fmt(f['gain'])} ({f['gain_basis']})")
+    for r in v["reasons"]:
+        lines.append(f"reason: {r}")
+    lines.append("VERDICT: " + ("PASS" if v["passed"] else "FAIL") + f"  ({v['rule']})")
+    return "\n".join(lines)

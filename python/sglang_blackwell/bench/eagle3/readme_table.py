@@ -1,0 +1,106 @@
+"""`sglang-blackwell bench table`: the README's results table, generated from the receipts in
+benchmark/results/ (never typed by hand). Prints markdown; --update FILE rewrites the block between
+<!-- bench-eagle3-results:begin --> and <!-- bench-eagle3-results:end --> in FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+from ...paths import repo_root
+from ...receipts import validate_receipt
+
+KIND = "bench-eagle3"
+BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
+COLUMNS = ("config", "machine", "TP", "sglang", "EAGLE-3 / baseline, c=1", "accept length",
+           "break-even accept length", "verify ms, fusion on / off", "verdict", "date", "receipt")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", help="directory of receipts (default: benchmark/results/)")
+    p.add_argument("--all", action="store_true",
+                   help="every receipt, not only the latest per config and machine")
+    p.add_argument("--update", metavar="FILE", help="rewrite the marked block in FILE (e.g. README.md)")
+
+
+def run(a: argparse.Namespace) -> int:
+    results = Path(a.results) if a.results else (repo_root() or Path.cwd()) / "benchmark" / "results"
+    receipts = load_receipts(results)
+    if a.update:
+        target = Path(a.update)
+        table = markdown_table(receipts, latest_only=not a.all, link_base=target.parent)
+        update_block(target, table)
+        print(f"{target}: results table updated ({len(receipts)} receipt(s) in {results})")
+    else:
+        print(markdown_table(receipts, latest_only=not a.all, link_base=Path.cwd()))
+    return 0
+
+
+def load_receipts(results: Path) -> list[tuple[Path, dict[str, Any]]]:
+    if not results.is_dir():
+        raise UserError(f"--results {results}: not a directory")
+    out = []
+    for p in sorted(results.glob("*.json")):
+        try:
+            r = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(f"{p}: not a JSON receipt: {e}") from None
+        if not isinstance(r, dict) or r.get("kind") != KIND:
+            continue
+        probs = validate_receipt(r)
+        if probs:
+            raise UserError(f"{p}: invalid receipt: {'; '.join(probs)}")
+        out.append((p, r))
+    return out
+
+
+def _f(v: Any, nd: int = 2, suffix: str = "") -> str:
+    return "-" if v is None else f"{v:.{nd}f}{suffix}"
+
+
+def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: bool = True,
+                   link_base: Path | None = None) -> str:
+    rows = sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True)
+    if latest_only:
+        seen, kept = set(), []
+        for p, r in rows:
+            key = (r["summary"].get("config"), r["summary"].get("machine"))
+            if key not in seen:
+                seen.add(key)
+                kept.append((p, r))
+        rows = kept
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for p, r in rows:
+        s = r["summary"]
+        link = os.path.relpath(p, link_base) if link_base else p.name
+        sg = r["versions"].get("sglang")
+        cells = [
+            str(s.get("config")), str(s.get("machine")), str(s.get("tp")),
+            sg if isinstance(sg, str) else "-",
+            _f(s.get("speedup_c1"), 2, "x"), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
+            f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
+            "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
+        ]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    if not rows:
+        lines.append("| " + " | ".join(["(no receipts yet)"] + [""] * (len(COLUMNS) - 1)) + " |")
+    return "\n".join(lines)
+
+
+def update_block(path: Path, table: str) -> None:
+    if not path.is_file():
+        raise UserError(f"--update {path}: not found")
+    text = path.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise UserError(f"--update {path}: needs exactly one {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{BEGIN}\n{table}\n{END}{tail}"
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(new)
+    os.replace(tmp, path)

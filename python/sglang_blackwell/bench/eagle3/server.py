@@ -1,0 +1,200 @@
+"""Start an SGLang server in its own session (process group), wait for it, and take it down completely.
+
+`launched_server(...)` is a context manager: whatever happens inside (an exception, Ctrl-C, SIGTERM to us),
+the server's whole session gets SIGTERM, then SIGKILL after a grace period; then we check that no process of
+that session is alive and, where nvidia-smi exists, that none of its processes still holds a GPU. A server
+that cannot be taken down is an error (the next arm would measure a machine that is still busy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ... import procs
+from ...box import nvidia_smi as nvidia
+from ...errors import UserError
+
+Progress = Callable[[str], None]
+PIDFILE_ENV = "SGLANG_BLACKWELL_BENCH_PIDFILE"  # holds the live server's session id while it runs
+
+
+class ServerError(UserError):
+    """The server did not come up, died, or could not be taken down."""
+
+    exit_code = 5
+
+
+class TeardownError(ServerError):
+    """A server process or its GPU context survived SIGTERM and SIGKILL: later measurements are suspect."""
+
+    exit_code = 6
+
+
+@dataclass
+class Server:
+    url: str
+    pid: int | None = None  # session leader (None: attached, not ours)
+    log_path: Path | None = None
+    startup_s: float | None = None
+    teardown: dict[str, Any] = field(default_factory=dict)
+
+
+# sglang derives more ports from --port (0.5.14: SGLANG_GRPC_PORT = port + 10000, which must stay <= 65535), so
+# the kernel's ephemeral ports (up to 60999) are no choice: pick one below PORT_RANGE[1] whose companion is free.
+PORT_RANGE = (20000, 45000)
+PORT_COMPANION_OFFSET = 10000
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
+    """A free port for a server (and its port + 10000), in PORT_RANGE."""
+    rng = rng or random.Random()
+    for _ in range(200):
+        port = rng.randrange(*PORT_RANGE)
+        if _bindable(host, port) and _bindable(host, port + PORT_COMPANION_OFFSET):
+            return port
+    raise ServerError(f"no free port pair (p, p + {PORT_COMPANION_OFFSET}) found in {PORT_RANGE} on {host}")
+
+
+def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 30.0,
+              method: str | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        raw = r.read()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:  # some endpoints (/start_profile, /flush_cache) answer plain text
+        return raw.decode(errors="replace")
+
+
+def health_status(url: str, timeout: float = 5.0) -> int | str:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (OSError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"[:200]
+
+
+def log_tail(path: Path | None, n: int = 30) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return "\n".join("    " + ln[:400] for ln in lines[-n:])
+
+
+# ---- process sessions -------------------------------------------------------------------------------
+
+def terminate_session(proc: subprocess.Popen, grace_s: float, *, gpu_release_s: float = 30.0,
+                      progress: Progress | None = None) -> dict[str, Any]:
+    """SIGTERM the whole session, SIGKILL what is left after `grace_s`, verify nothing (and no GPU process) is
+    left. Returns what happened; raises ServerError if a process or a GPU context of the session survives."""
+    sid = proc.pid
+    gpu_pids_before = set(procs.session_members(sid) if procs.has_proc() else [sid])
+    report = procs.stop(proc, grace_s, progress=progress)
+    if report["left"]:
+        raise TeardownError(f"server session {sid}: processes {report['left']} survived SIGTERM and SIGKILL")
+    report["gpu"] = _wait_gpu_released(gpu_pids_before, gpu_release_s)
+    if report["gpu"].get("ours_left"):
+        raise TeardownError(f"server session {sid}: GPU compute processes {report['gpu']['ours_left']} "
+                            f"still listed by nvidia-smi {gpu_release_s:.0f} s after the session died")
+    return report
+
+
+def _wait_gpu_released(pids: set[int], timeout_s: float) -> dict[str, Any]:
+    if not nvidia.available():
+        return {"checked": False, "why": "no nvidia-smi"}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        apps = nvidia.compute_apps()
+        ours = sorted(a["pid"] for a in apps if a["pid"] in pids)
+        if not ours or time.monotonic() > deadline:
+            return {"checked": True, "ours_left": ours, "compute_apps_left": len(apps),
+                    "memory_used_mib": nvidia.memory_used_mib()}
+        time.sleep(1.0)
+
+
+# ---- launch / attach --------------------------------------------------------------------------------
+
+def wait_healthy(server: Server, proc: subprocess.Popen | None, timeout_s: float,
+                 progress: Progress | None = None) -> float:
+    t0 = time.monotonic()
+    last: int | str = "not polled"
+    next_note = 30.0
+    while True:
+        elapsed = time.monotonic() - t0
+        if proc is not None and proc.poll() is not None:
+            raise ServerError(f"server exited with code {proc.returncode} after {elapsed:.0f} s before it "
+                              f"was healthy; log {server.log_path}:\n{log_tail(server.log_path)}")
+        last = health_status(server.url)
+        if last == 200:
+            return elapsed
+        if elapsed > timeout_s:
+            raise ServerError(f"server at {server.url} not healthy after {timeout_s:.0f} s "
+                              f"(last /health: {last}); log {server.log_path}:\n{log_tail(server.log_path)}")
+        if progress and elapsed > next_note:
+            progress(f"  waiting for {server.url}/health: {elapsed:.0f} s (last: {last})")
+            next_note += 30.0
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def launched_server(server: Server, cmd: list[str], env: dict[str, str], *, startup_timeout_s: float,
+                    grace_s: float, gpu_release_s: float = 30.0,
+                    progress: Progress | None = None) -> Iterator[Server]:
+    """Start `cmd` in a new session, stdout+stderr to server.log_path; yield once /health answers 200.
+    On the way out (normally, on error, on Ctrl-C) the session is taken down; server.teardown says how."""
+    assert server.log_path is not None
+    server.log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(server.log_path, "wb") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        try:
+            proc = procs.start(cmd, env=env, stdout=log)
+        except OSError as e:
+            raise ServerError(f"cannot start server ({cmd[0]}): {e}") from None
+    server.pid = proc.pid
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:  # lets a later lab call end a session a hard-killed harness left behind, by its id
+        Path(pidfile).write_text(f"{proc.pid}\n")
+    try:
+        server.startup_s = wait_healthy(server, proc, startup_timeout_s, progress)
+        yield server
+    finally:
+        with procs.signals_deferred():  # a second Ctrl-C must not leave the server half-killed
+            server.teardown = terminate_session(proc, grace_s, gpu_release_s=gpu_release_s, progress=progress)
+        if pidfile:
+            Path(pidfile).unlink(missing_ok=True)
+
+
+def attached_server(url: str) -> Server:
+    url = url.rstrip("/")
+    st = health_status(url)
+    if st != 200:
+        raise ServerError(f"--attach {url}: /health answered {st}, expected 200")
+    return Server(url=url)

@@ -1,0 +1,149 @@
+"""`sglang-blackwell serve [--table T] [--profile P] [--dry-run] -- <sglang launch_server args>`
+
+Launches `python -m sglang.launch_server` with the all-reduce dispatch the tuner measured for this box (the
+per-topology table `bench allreduce --tune` writes) turned into the patched server's upstream-style knobs (P7:
+env vars, fusion / symm-mem flags), the NCCL profile for the topology, and the recommended flags for the
+detected topology and TP size. It prints what it chose and why before it starts the server. What the user set
+(flags on the command line, variables in the environment) always wins.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..patchset.bases import Base, list_bases, serving_line
+from .allreduce_table import SYMM_MEM_FLAG, default_table_path, knobs_from_table, load_table, topology_key
+from .topology import Topology
+
+
+@dataclass
+class ServePlan:
+    argv: list[str]
+    env: dict[str, str]  # what serve adds to the environment (never overrides the user's)
+    added_flags: list[str]
+    why: list[str] = field(default_factory=list)
+    line: str = ""
+    tp: int = 1
+
+    def command_line(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+def sglang_line(version: str | None, lines: list[Base] | None = None) -> Base:
+    """Which base line's flags an installed sglang speaks."""
+    if version is None:
+        raise UserError("sglang is not installed in this environment (sglang-blackwell install)")
+    return serving_line(version, lines)
+
+
+def fusion_flag_groups(lines: list[Base]) -> list[tuple[str, ...]]:
+    """Every line's fusion on / off flag sequences (a flag and its value, e.g. --...-backend trtllm)."""
+    groups = {g for b in lines for g in (b.serving.fusion_on_flags, b.serving.fusion_off_flags) if g}
+    return sorted(groups)
+
+
+def tp_size(args: list[str]) -> int:
+    for i, a in enumerate(args):
+        for name in ("--tp", "--tp-size", "--tensor-parallel-size"):
+            if a == name and i + 1 < len(args):
+                return int(args[i + 1])
+            if a.startswith(name + "="):
+                return int(a.split("=", 1)[1])
+    return 1
+
+
+def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None, profile: str | None,
+         environ: dict[str, str], sglang_version: str | None, python: str = sys.executable) -> ServePlan:
+    from .nccl import load_profiles, resolve
+
+    lines = list_bases()
+    line = sglang_line(sglang_version, lines).name
+    groups = fusion_flag_groups(lines)
+    fusion_flags = {g[0] for g in groups}
+    tp = tp_size(sglang_args)
+    why: list[str] = [f"sglang {sglang_version} (flags of the {line} line), TP={tp}, {topology.summary()}"]
+    env: dict[str, str] = {}
+    flags: list[str] = []
+    user_fusion = any(a.split("=")[0] in fusion_flags for a in sglang_args)
+    user_symm = SYMM_MEM_FLAG in sglang_args
+
+    knobs: dict[str, Any] = {"env": {}, "server_args": {}, "nccl_profile": None}
+    if topology.gpu_count == 0:
+        why.append("no GPU detected: no all-reduce tuning applied")
+    elif table_path is not None and table_path.exists():
+        knobs = knobs_from_table(load_table(table_path), topology_key(topology, tp))
+        why += [f"table {table_path}:"] + [f"  {w}" for w in knobs["why"]]
+    else:
+        why.append(f"no all-reduce table at {table_path} (run `sglang-blackwell bench allreduce --tune`): "
+                   "upstream dispatch defaults")
+
+    for k, v in {**knobs.get("env", {}), **knobs.get("env_by_line", {}).get(line, {})}.items():
+        if k in environ:
+            why.append(f"{k}: keeping your {environ[k]} (table: {v})")
+        else:
+            env[k] = str(v)
+    table_flags = knobs.get("server_args", {}).get(line, [])
+    for f in list(table_flags):
+        if f.startswith("--") and ((f.split("=")[0] in fusion_flags and user_fusion)
+                                   or (f == SYMM_MEM_FLAG and user_symm)):
+            why.append(f"{f}: you set the fusion / symm-mem flags yourself; keeping yours")
+            group = next((g for g in groups if g[0] == f), (f,))  # the flag with its value(s)
+            i = table_flags.index(f)
+            if tuple(table_flags[i:i + len(group)]) == group:
+                del table_flags[i:i + len(group)]
+            else:
+                del table_flags[i]
+    flags += table_flags
+
+    # recommended flags for the topology: custom all-reduce never runs on > 2 PCIe-only GPUs upstream
+    if topology.pcie_only and tp > 2 and "--disable-custom-all-reduce" not in sglang_args:
+        flags.append("--disable-custom-all-reduce")
+        why.append("--disable-custom-all-reduce: sglang's custom all-reduce does not run on more than two "
+                   "PCIe-only GPUs (this states it instead of a start-up warning)")
+
+    # NCCL: the profile the table recommends, else the one for this topology; setdefault semantics
+    requested = profile or knobs.get("nccl_profile") or "auto"
+    res = resolve(requested, topology, load_profiles())
+    kept = []
+    for k, v in res.profile.env.items():
+        if k in environ:
+            kept.append(k)
+        else:
+            env.setdefault(k, v)
+    why.append(f"NCCL profile {res.profile.name} ({res.reason})"
+               + (f"; keeping your {', '.join(kept)}" if kept else ""))
+    argv = [python, "-m", "sglang.launch_server", *sglang_args, *flags]
+    return ServePlan(argv=argv, env=env, added_flags=flags, why=why, line=line, tp=tp)
+
+
+def installed_sglang_version() -> str | None:
+    try:
+        return md.version("sglang")
+    except md.PackageNotFoundError:
+        return None
+
+
+def run(sglang_args: list[str], *, table: str | None, profile: str | None, dry_run: bool) -> int:
+    from .topology import detect
+
+    table_path = Path(table) if table else default_table_path()
+    if table and not table_path.exists():
+        raise UserError(f"--table {table}: no such file")
+    p = plan(sglang_args, topology=detect(), table_path=table_path, profile=profile, environ=dict(os.environ),
+             sglang_version=installed_sglang_version())
+    print("sglang-blackwell serve:", file=sys.stderr)
+    for w in p.why:
+        print(f"  {w}", file=sys.stderr)
+    print(f"  command: {p.command_line()}", file=sys.stderr, flush=True)
+    if dry_run:
+        return 0
+    os.execvpe(p.argv[0], p.argv, {**os.environ, **p.env})
+    return 0  # not reached

@@ -1,0 +1,112 @@
+"""qualify's one receipt (the receipts envelope, kind "qualify") and the pack that carries it with every step's
+files."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .plan import STEPS, Plan
+from .steps import StepResult, _read_json, allreduce_tp
+
+KIND = "qualify"
+SCHEMA = "sglang-blackwell/qualify/1"
+RECEIPT_NAME = "qualify.json"
+
+
+def overall(results: list[StepResult]) -> str:
+    """failed: a step failed; passed: every step ran and passed; partial: nothing failed, something skipped."""
+    if any(r.verdict == "failed" for r in results):
+        return "failed"
+    return "passed" if all(r.verdict == "passed" for r in results) else "partial"
+
+
+def installed_base() -> str | None:
+    from ..box.stackinfo import dist_facts
+
+    f = dist_facts("sglang")
+    return ((f or {}).get("marker") or {}).get("base") if f else None
+
+
+def build_receipt(plan: Plan, results: list[StepResult], *, interrupted: str | None,
+                  versions: dict[str, Any] | None = None) -> dict[str, Any]:
+    from ..box import nvidia_smi as nvidia
+    from ..receipts import make_receipt
+
+    topo = plan.topology
+    machine = topo.machine()
+    summary = {
+        "status": overall(results),
+        "machine": nvidia.machine_label(machine) if topo.gpu_count else topo.summary(),
+        "gpus": topo.gpu_count,
+        "capability": machine["capability"],
+        "topology_class": topo.topology_class(),
+        "topology_source": topo.source,
+        "steps": {r.step: {k: getattr(r, k) for k in ("verdict", "reason", "receipt", "log", "rc", "wall_s",
+                                                        "headline")} for r in results},
+        "passed": [r.step for r in results if r.verdict == "passed"],
+        "failed": [r.step for r in results if r.verdict == "failed"],
+        "skipped": [r.step for r in results if r.verdict == "skipped"],
+    }
+    if topo.is_simulated:
+        summary["note"] = (f"topology simulated ({topo.source}): the GPU steps ran against a machine "
+                           "that may not be this one")
+    tp = allreduce_tp(plan) if plan.gpus else plan.tp
+    return make_receipt(KIND, summary, base=installed_base(), tp=tp, machine=machine, versions=versions,
+                        qualify_schema=SCHEMA, steps=[asdict(r) for r in results], topology=topo.to_dict(),
+                        options=plan.options, checkout=str(plan.checkout) if plan.checkout else None,
+                        eagle3_config=_eagle3_record(plan), interrupted=interrupted,
+                        complete=interrupted is None, pack=str(plan.pack) if plan.pack else None,
+                        warnings=plan.warnings)
+
+
+def _eagle3_record(plan: Plan) -> dict[str, Any] | None:
+    e = plan.eagle3
+    if e is None:
+        return None
+    return {"source": e.why, "path": str(e.config_path), "derived": e.derived, "tp": e.tp, "name": e.name,
+            "model": {"target": e.raw["model"].get("target"), "draft": e.raw["model"].get("draft")}}
+
+
+def _pack_filter(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    import fnmatch
+
+    name = Path(ti.name).name
+    if fnmatch.fnmatch(name, "*-TP-[1-9]*.trace.json*") or (name.startswith(".") and name.endswith(".tmp")):
+        return None  # rank > 0 profiler traces (rank 0's is enough, as on the lab) and unfinished writes
+    return ti
+
+
+def pack(out: Path, dest: Path) -> Path:
+    """out/ as dest (tar.gz, top folder = out's name), written to a temporary name and renamed."""
+    tmp = dest.with_name("." + dest.name + ".tmp")
+    try:
+        with tarfile.open(tmp, "w:gz") as tf:
+            tf.add(out, arcname=out.name, filter=_pack_filter)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def _step_versions(plan: Plan, results: list[StepResult]) -> dict[str, Any] | None:
+    """The stack versions a step recorded in its receipt (doctor's first: it has the driver too; same keys as
+    receipts.collect_versions), so this process need not import torch to say them again."""
+    for r in sorted((r for r in results if r.receipt), key=lambda r: r.step != "doctor"):
+        v = (_read_json(plan.out / r.receipt) or {}).get("versions")
+        if isinstance(v, dict) and any(v.values()):
+            return v
+    return None
+
+
+def format_table(results: list[StepResult]) -> str:
+    w = max(len(s) for s in STEPS)
+    lines = []
+    for r in results:
+        t = f"{r.wall_s:7.0f} s" if r.wall_s is not None else " " * 9
+        lines.append(f"  {r.step.ljust(w)}  {r.verdict.upper():7s} {t}  {r.receipt or '-'}"
+                     + (f"\n  {' ' * w}  {r.reason}" if r.reason else ""))
+    return "\n".join(lines)

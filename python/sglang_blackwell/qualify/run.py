@@ -1,0 +1,97 @@
+"""`sglang-blackwell qualify`: one command that qualifies a GPU box and writes ONE receipt to send back.
+
+Steps, in this order, each a real subprocess of this interpreter with its own log and its own receipt:
+  doctor     `sglang-blackwell doctor`: what works on this box and why not
+  gpu-tests  pytest -m gpu over the GPU correctness tests of a checkout (test/gpu: the lab-line suite, the
+             all-reduce numerics, the NCCL profile check; the AOT check where flashinfer carries AOT modules)
+  allreduce  `sglang-blackwell bench allreduce --tune` at --tp (default: every GPU), table kept in the output
+  eagle3     `sglang-blackwell bench eagle3` with --config, or the target box's config with --target/--draft
+A step that cannot run here (no GPU, one GPU for an all-reduce, no model paths, no checkout, no pytest) is
+recorded as `skipped` with the reason, never as passed. A failing step does not stop the later ones unless
+--fail-fast. Exit status: 0 no step failed, 1 a step failed, 2 bad input (nothing is written), 130
+interrupted (the receipt is still written, saying so).
+
+Output directory (default benchmark/results/qualify-<UTC time>/ in a checkout, else ./qualify-<UTC time>/):
+  qualify.json          the receipt (receipts.py envelope, kind "qualify"): summary.steps gives each step's
+                        verdict, reason, and where its own receipt and log are (paths relative to the folder)
+  doctor/               doctor.json
+  gpu-tests/            gpu-tests.json, junit.xml, labline/ (+ lab-line-gpu-suite-<date>.json if it ran)
+  allreduce/            allreduce-tp<N>.json (+ .png), allreduce_table.json (the tuned dispatch table)
+  eagle3/               bench-eagle3_*.json, its runs, plots and server logs (+ the config, if rewritten)
+  logs/<step>.log       everything each step printed
+--pack FILE.tar.gz bundles the directory (rank > 0 profiler traces left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .plan import DEFAULT_TEMPLATE, STEPS, make_plan
+from .receipt import RECEIPT_NAME, _step_versions, build_receipt, format_table, pack
+from .steps import GPU_TEST_TARGETS, run_steps
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (__doc__ or "").strip()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--out", help="output directory, must not exist or be empty "
+                                 "(default: benchmark/results/qualify-<UTC time>/ in a checkout, else ./)")
+    p.add_argument("--pack", metavar="FILE.tar.gz", help="also bundle the output directory into this tarball")
+    p.add_argument("--skip", default="", metavar="STEPS", help=f"comma-separated steps not to run: {','.join(STEPS)}")
+    p.add_argument("--fail-fast", action="store_true", help="run no further step after one fails")
+    p.add_argument("--tp", type=int, help="GPUs for bench allreduce (default: all) and for bench eagle3 "
+                                          "(default: the config's tp; with --target/--draft alone: all GPUs)")
+    p.add_argument("--target", metavar="PATH", help="target model directory for bench eagle3")
+    p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model directory for bench eagle3")
+    p.add_argument("--config", metavar="FILE", help="bench eagle3 config (benchmark/<name>.toml); --target/--draft "
+                                                    f"override its model paths (without it: {DEFAULT_TEMPLATE})")
+    p.add_argument("--repeats", type=int, help="bench eagle3 launches per arm (default: the config's)")
+    p.add_argument("--lab-pair", metavar="DIR", help="gpu-tests: the generated lab pair (DIR/target, DIR/draft; "
+                                                     "benchmark/models/gen_lab_pair.py) for the lab-line suite")
+    p.add_argument("--gpu-tests", metavar="PATHS", help="gpu-tests: pytest targets, comma-separated, relative to "
+                                                        "the checkout (default: " + ",".join(GPU_TEST_TARGETS) + ")")
+    p.add_argument("--pytest-args", default="", metavar="ARGS",
+                   help="gpu-tests: extra pytest arguments (one string, given with '='): --pytest-args='-k dist'")
+    p.add_argument("--allreduce-args", default="", metavar="ARGS",
+                   help="extra bench allreduce arguments (one string, given with '='), e.g. "
+                        "--allreduce-args='--tokens 1,3,64 --reps 10'")
+    p.add_argument("--eagle3-args", default="", metavar="ARGS",
+                   help="extra bench eagle3 arguments (one string, given with '=': --eagle3-args='--no-plots')")
+    p.add_argument("--quiet", action="store_true", help="only step headers and verdicts, not each step's output")
+
+
+def run(a: argparse.Namespace) -> int:
+    from ..procs import signals_as_interrupt
+    from ..receipts import collect_versions, write_receipt
+
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"qualify [{time.monotonic() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    plan = make_plan(a)  # every input checked: nothing written before this returns
+    plan.progress = progress
+    plan.out.mkdir(parents=True, exist_ok=True)
+    topo = plan.topology
+    progress(f"{topo.summary()}; steps: "
+             + ", ".join(s + (" (--skip)" if s in plan.skip else "") for s in STEPS) + f"; out {plan.out}")
+    for w in plan.warnings:
+        progress(f"warning: {w}")
+    with signals_as_interrupt():
+        results, interrupted = run_steps(plan, progress)
+        versions = _step_versions(plan, results) or collect_versions()
+        receipt = build_receipt(plan, results, interrupted=interrupted, versions=versions)
+        path = write_receipt(receipt, plan.out / RECEIPT_NAME)
+        packed = None
+        if plan.pack:
+            packed = pack(plan.out, plan.pack)
+    print(f"qualify: {receipt['summary']['machine']}: {receipt['summary']['status'].upper()}")
+    print(format_table(results))
+    print(f"receipt: {path}")
+    if packed:
+        print(f"pack: {packed} ({packed.stat().st_size / 2**20:.2f} MiB): send this file back")
+    if interrupted:
+        return 130
+    return 1 if receipt["summary"]["failed"] else 0

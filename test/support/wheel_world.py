@@ -1,0 +1,174 @@
+"""Tiny wheels and bases of our own, served by a real HTTP server on localhost: helpers and fixtures of the
+patchset and artifacts tests (their conftest.py files register the fixtures)."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sglang_blackwell.artifacts.wheel import make_record
+
+PATCH_TEMPLATE = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Test Author <test@example.invalid>
+Date: Mon, 30 Nov 2026 00:00:00 +0000
+Subject: [PATCH] {subject}
+
+{body}
+
+Origin: vendor, sglang-blackwell tests
+Forwarded: no
+Upstream-Status: Pending
+Logical-Id: {lid}
+Last-Update: 2026-11-30
+---
+ {path} | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+{diff}"""
+
+
+def make_wheel(path: Path, dist: str, version: str, files: dict[str, bytes], requires: list[str] = (),
+               tag: str = "py3-none-any") -> Path:
+    """A minimal valid wheel (METADATA, WHEEL, RECORD) holding `files`; a platform `tag` makes it platlib."""
+    from sglang_blackwell.artifacts.wheel import Entry
+
+    di = f"{dist.replace('-', '_')}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    entries = [Entry(n, d, 0o644 << 16) for n, d in files.items()]
+    entries += [Entry(f"{di}/METADATA", (meta + "\n").encode(), 0o644 << 16),
+                Entry(f"{di}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+                                      f"{'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n").encode(),
+                      0o644 << 16)]
+    entries.append(Entry(f"{di}/RECORD", b"", 0o644 << 16))
+    entries[-1].data = make_record(entries, f"{di}/RECORD")
+    with zipfile.ZipFile(path, "w") as z:
+        for e in entries:
+            z.writestr(e.name, e.data)
+    return path
+
+
+class Server:
+    """A real HTTP server on 127.0.0.1 serving a directory; `truncate` cuts named files short."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.truncate: dict[str, int] = {}
+        self.hits: list[str] = []
+        self.slow: dict[str, float] = {}
+        outer = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=str(root), **k)
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                name = self.path.lstrip("/")
+                outer.hits.append(name)
+                f = root / name
+                if not f.is_file():
+                    self.send_error(404)
+                    return
+                data = f.read_bytes()
+                cut = outer.truncate.get(name)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data) if cut is None else cut))
+                self.end_headers()
+                if name in outer.slow:
+                    import time
+
+                    for i in range(0, len(data), 1024):
+                        self.wfile.write(data[i:i + 1024])
+                        self.wfile.flush()
+                        time.sleep(outer.slow[name])
+                    return
+                self.wfile.write(data if cut is None else data[:cut])
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def server(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    s = Server(root)
+    yield s
+    s.close()
+
+
+def sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+ORIGINAL = b"def gate(major):\n    return major in (9, 10)\n\n\ndef other():\n    return 1\n"
+PATCHED = b"def gate(major):\n    return major in (9, 10, 12)\n\n\ndef other():\n    return 1\n"
+
+
+def gate_patch(lid: str = "P9") -> str:
+    diff = ("diff --git a/python/sglang/gate.py b/python/sglang/gate.py\n"
+            "index 1111111..2222222 100644\n"
+            "--- a/python/sglang/gate.py\n"
+            "+++ b/python/sglang/gate.py\n"
+            "@@ -1,5 +1,5 @@\n"
+            " def gate(major):\n"
+            "-    return major in (9, 10)\n"
+            "+    return major in (9, 10, 12)\n"
+            " \n"
+            " \n"
+            " def other():\n")
+    return PATCH_TEMPLATE.format(subject="gate: accept 12", body="The gate forgot SM12x; accept it.",
+                                 lid=lid, path="python/sglang/gate.py", diff=diff)
+
+
+@pytest.fixture
+def tiny_base(tmp_path, server, monkeypatch):
+    """patches/<base> with one patched package (layout sglang) whose wheel is served over HTTP."""
+    whl = make_wheel(server.root / "sglang-0.0.1-py3-none-any.whl", "sglang", "0.0.1",
+                     {"sglang/__init__.py": b"", "sglang/gate.py": ORIGINAL},
+                     requires=["flashinfer_python==0.6.3", "numpy"])
+    patches = tmp_path / "patches"
+    base = patches / "9.9.9"
+    (base / "sglang").mkdir(parents=True)
+    (base / "base.toml").write_text(f"""
+[base]
+name = "9.9.9"
+default = true
+role = "test base"
+local_label = "sm120.7"
+cuda = "13.0"
+
+[[patched]]
+package = "sglang"
+distribution = "sglang"
+version = "0.0.1"
+requires_rewrite = {{ "flashinfer_python" = "flashinfer_python==0.6.4" }}
+
+[[patched.files]]
+filename = "{whl.name}"
+url = "{server.url}/{whl.name}"
+sha256 = "{sha256(whl)}"
+size = {whl.stat().st_size}
+""")
+    (base / "sglang" / "0001-gate-accepts-12.patch").write_text(gate_patch())
+    (base / "sglang" / "series").write_text("# test series\n0001-gate-accepts-12.patch\n")
+    monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(patches))
+    monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
+    from sglang_blackwell.patchset.bases import load_base
+    from sglang_blackwell.patchset.labellock import write_lock
+
+    write_lock(load_base(base))  # the label rule (labellock.py): +sm120.7 recorded with these inputs
+    return base

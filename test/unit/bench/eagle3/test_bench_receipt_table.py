@@ -1,0 +1,92 @@
+"""bench-eagle3 receipts carry the envelope every receipt has and the summary the issue asks for; the README's
+results table is generated from such receipts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_fakes import write_config
+
+from sglang_blackwell.bench.eagle3.config import load_config
+from sglang_blackwell.bench.eagle3.harness import build_receipt
+from sglang_blackwell.bench.eagle3.readme_table import BEGIN, END, load_receipts, markdown_table, update_block
+from sglang_blackwell.cli import main
+from sglang_blackwell.errors import UserError
+from sglang_blackwell.receipts import validate_receipt, write_receipt
+
+
+def level(tok_s: float, step_ms: float, accept: float | None) -> dict:
+    return {"tok_s": tok_s, "step_ms": step_ms, "accept_len": accept, "accept_len_server": accept,
+            "ttft_ms": 10.0, "tpot_ms": 1e3 / tok_s, "e2e_ms": 300.0}
+
+
+def runs_for(eagle_tok_s: list[float]) -> list[dict]:
+    host = {"machine": {"gpu_name": "NVIDIA H200", "gpu_count": 2, "capability": "9.0", "links": "NVLink"},
+            "versions": {"sglang": None, "flashinfer": "0.6.12", "torch": "2.11.0+cu130", "cuda": "13.0",
+                         "nccl": "2.28.9", "driver": "580.159.04"}}
+    runs = []
+    for i, t in enumerate(eagle_tok_s, 1):
+        for arm, lv in (("baseline", level(500, 2.0, None)), ("eagle3", level(t, 3.0, 2.8)),
+                        ("eagle3+fusion", level(t * 1.1, 2.7, 2.8))):
+            runs.append({"arm": arm, "repeat": i, "mode": "launch", "error": None, "profile": None,
+                         "host": host, "server": {"version": "0.5.14"}, "levels": {"1": lv, "2": lv}})
+    return runs
+
+
+@pytest.fixture
+def cfg(tmp_path: Path):
+    return load_config(write_config(tmp_path, fusion_env={"FAKE_ROUND_MS": "5"}))
+
+
+def test_receipt_schema_and_summary(cfg) -> None:
+    arms = ["baseline", "eagle3", "eagle3+fusion"]
+    r = build_receipt(cfg, arms, runs_for([800, 820]), repeats=2, mode="launch")
+    assert validate_receipt(r) == []
+    s = r["summary"]
+    assert s == {**s, "machine": "2x NVIDIA H200", "tp": 2, "config": "fake", "passed": True}
+    assert s["speedup_c1"] == pytest.approx(1.62) and s["break_even_accept_len"] == pytest.approx(1.5)
+    assert s["round_ms_fusion_on"] == 2.7 and s["round_ms_fusion_off"] == 3.0
+    # the versions of the machine that measured (stored in the runs), not of the one building the receipt
+    assert r["versions"]["sglang"] == "0.5.14" and r["versions"]["driver"] == "580.159.04"
+    assert r["config"]["sha256"] == cfg.sha256 and r["workload"]["prompts_sha256"]
+    json.dumps(r)  # serializable as is
+    r_bad = dict(r)
+    del r_bad["summary"]
+    assert "missing key 'summary'" in validate_receipt(r_bad)
+
+
+def test_readme_table_from_receipts(cfg, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results"
+    old = build_receipt(cfg, ["baseline", "eagle3"], runs_for([600]), repeats=1, mode="launch")
+    old["created"] = "2026-11-01T00:00:00+00:00"
+    new = build_receipt(cfg, ["baseline", "eagle3", "eagle3+fusion"], runs_for([900, 880]), repeats=2,
+                        mode="launch")
+    new["created"] = "2026-11-30T00:00:00+00:00"
+    write_receipt(old, results / "bench-eagle3_fake_old.json")
+    write_receipt(new, results / "bench-eagle3_fake_new.json")
+    (results / "other.json").write_text(json.dumps({"kind": "bench-allreduce"}))  # other kinds are skipped
+    recs = load_receipts(results)
+    assert len(recs) == 2
+    table = markdown_table(recs, link_base=tmp_path)
+    lines = table.splitlines()
+    assert lines[0].startswith("| config | machine | TP | sglang | EAGLE-3 / baseline, c=1 |")
+    assert len(lines) == 3  # header, rule, the latest receipt per (config, machine)
+    row = "| fake | 2x NVIDIA H200 | 2 | 0.5.14 | 1.78x | 2.80 | 1.50 | - / - | pass | 2026-11-30 |"
+    assert row in lines[2]
+    assert "(results/bench-eagle3_fake_new.json)" in lines[2]
+    every = markdown_table(recs, latest_only=False).splitlines()
+    assert len(every) == 4 and "| 1.20x |" in every[3] and "| FAIL |" in every[3]  # 600/500 < 1.3: failed
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{BEGIN}\nstale\n{END}\n\ntail\n")
+    assert main(["bench", "table", "--results", str(results), "--update", str(readme)]) == 0
+    text = readme.read_text()
+    assert "stale" not in text and "| fake | 2x NVIDIA H200 |" in text and text.endswith("\n\ntail\n")
+    readme.write_text("no markers\n")
+    with pytest.raises(UserError, match="README.md: needs exactly one"):
+        update_block(readme, table)
+    (results / "broken.json").write_text(json.dumps({"kind": "bench-eagle3", "summary": {}}))
+    with pytest.raises(UserError, match=r"broken.json: invalid receipt: missing key 'schema'"):
+        load_receipts(results)

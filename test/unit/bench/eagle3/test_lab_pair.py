@@ -1,0 +1,410 @@
+"""The lab model pair (benchmark/models/gen_lab_pair.py), `tiny` preset, on CPU:
+- the target, loaded by transformers (DeepseekV3ForCausalLM), is the bigram map B with large margins;
+- the constructed EAGLE-3 draft, run by our reference of sglang's LlamaForCausalLMEagle3 math on the target's
+  real aux hidden states, drafts both tokens of a steps=2 chain correctly (accept length 3);
+- the random draft does not; a wrongly captured aux state (per-rank partial sums) destroys acceptance;
+- generation is deterministic; checkpoint names/config keys are what sglang 0.5.14 / 0.5.9 loaders read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+transformers = pytest.importorskip("transformers")
+
+from safetensors.torch import load_file  # noqa: E402
+
+MODELS = Path(__file__).resolve().parents[4] / "benchmark" / "models"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, MODELS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+G = _load("gen_lab_pair")
+R = _load("eagle3_reference")
+P = G.PRESETS["tiny"]
+CAPS = G.capture_layers(P.layers)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pair")
+    summary = G.generate(str(out), "tiny", 0, "cpu", "both")
+    return out, summary
+
+
+@pytest.fixture(scope="module")
+def target(pair):
+    """The tiny target in transformers (bf16, as served) with hooks that record what sglang captures for
+    EAGLE-3 (the residual stream entering each capture layer) and the shared-expert inputs before them."""
+    out, _ = pair
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        out / "target", dtype=torch.bfloat16, output_loading_info=True)
+    model.eval()
+    rec = {"cap": {}, "shared_in": {}, "shared_act": {}}
+
+    def layer_input(i):
+        def hook(mod, args, kw):
+            rec["cap"][i] = kw["hidden_states"] if "hidden_states" in kw else args[0]
+        return hook
+
+    for i in CAPS:
+        model.model.layers[i].register_forward_pre_hook(layer_input(i), with_kwargs=True)
+        model.model.layers[i - 1].mlp.shared_experts.register_forward_hook(
+            lambda mod, args, o, i=i: rec["shared_in"].__setitem__(i, args[0]))
+    for j, layer in enumerate(model.model.layers):  # what each shared expert's down_proj multiplies (bf16)
+        se = getattr(layer.mlp, "shared_experts", None)
+        if se is not None:
+            se.down_proj.register_forward_hook(lambda mod, args, o, j=j: rec["shared_act"].__setitem__(j, args[0]))
+    return model, info, rec
+
+
+def _bigram() -> torch.Tensor:
+    m = G.bigram_map("tiny", 0)
+    return torch.tensor([m[v] for v in range(P.vocab)])
+
+
+def _chain(start: torch.Tensor, n: int) -> torch.Tensor:
+    b, seq = _bigram(), [start]
+    for _ in range(n - 1):
+        seq.append(b[seq[-1]])
+    return torch.stack(seq, 1)
+
+
+def _run(target, ids: torch.Tensor):
+    model, _, rec = target
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    aux = torch.cat([rec["cap"][i] for i in CAPS], dim=-1)
+    return logits, aux, dict(rec["cap"]), dict(rec["shared_in"])
+
+
+def _witness_bound(target, layer: int, witness: torch.Tensor) -> torch.Tensor:
+    """How far from 0 the witness coordinates entering `layer` may be after the last forward, in bf16.
+
+    Only the mirrored shared experts write the witness rows (every other sublayer's rows there are zero, so it
+    adds exact zeros), and their two halves cancel in exact arithmetic. What is left is rounding, bounded per
+    shared expert l before `layer` by what the model actually multiplied (its down_proj input a_l, recorded):
+      |a_l . w| in float64            the halves' activations need not round alike (different GEMM tiles)
+      + gamma_K * (|a_l| . |w|)       fp32 accumulation over K = the shared expert's intermediate size,
+                                      gamma_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability, 3.1)
+    times (1 + 2^-8)^2 per layer: the bf16 rounding of the expert's output and of the residual add."""
+    model, _, rec = target
+    total = None
+    for j in range(layer):
+        if j not in rec["shared_act"]:
+            continue  # the dense first layer
+        a = rec["shared_act"][j].double()
+        w = model.model.layers[j].mlp.shared_experts.down_proj.weight[witness].double()
+        k = w.shape[1]
+        gamma = k * 2.0 ** -24 / (1 - k * 2.0 ** -24)
+        b = (a @ w.T).abs() + gamma * (a.abs() @ w.abs().T)
+        total = b if total is None else total + b
+        total = total * (1 + 2.0 ** -8) ** 2
+    return total
+
+
+def _draft(out: Path, name: str, target) -> R.Eagle3Draft:
+    cfg = json.loads((out / name / "config.json").read_text())
+    embed = target[0].model.embed_tokens.weight.detach()
+    return R.Eagle3Draft(load_file(out / name / "model.safetensors"), cfg, embed)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_files_summary_and_determinism(pair, tmp_path):
+    out, summary = pair
+    for sub, files in (("target", ["config.json", "generation_config.json", "model.safetensors"]),
+                       ("draft", ["config.json", "model.safetensors"]),
+                       ("draft-random", ["config.json", "model.safetensors"])):
+        assert sorted(p.name for p in (out / sub).iterdir()) == sorted(files)
+    assert summary["S"] == [100, 356]
+    assert summary["capture_layers"] == [2, 3, 4]
+    b = _bigram()
+    assert all(b[int(t)] == u for t, u in summary["B_sample"].items())
+    # same seed -> byte-identical, different seed -> different
+    G.generate(str(tmp_path / "again"), "tiny", 0, "cpu", "both")
+    for sub in ("target", "draft", "draft-random"):
+        for f in ("config.json", "model.safetensors"):
+            assert _sha(out / sub / f) == _sha(tmp_path / "again" / sub / f), f"{sub}/{f} differs"
+    G.generate(str(tmp_path / "seed1"), "tiny", 1, "cpu", "constructed")
+    assert _sha(out / "target/model.safetensors") != _sha(tmp_path / "seed1/target/model.safetensors")
+    assert G.bigram_map("tiny", 1) != G.bigram_map("tiny", 0)
+
+
+def test_bigram_map_is_one_cycle_over_S():
+    b = _bigram()
+    s = list(range(P.s_start, P.s_start + P.s_size))
+    seen, t = [], s[0]
+    for _ in range(P.s_size):
+        seen.append(t)
+        t = int(b[t])
+    assert sorted(seen) == s and t == s[0]  # a single cycle through all of S: no fixed points, no short loops
+    outside = [0, 1, 50, 99, P.s_start + P.s_size, P.vocab - 1]
+    assert all(P.s_start <= int(b[v]) < P.s_start + P.s_size for v in outside)
+
+
+def test_target_loads_in_transformers_and_is_the_bigram_map(pair, target):
+    _, info, _ = target
+    assert not any(info.values()), f"checkpoint names do not match DeepseekV3ForCausalLM: {info}"
+    b = _bigram()
+    full_cycle = _chain(torch.tensor([P.s_start]), P.s_size)  # visits every t in S once
+    rand = torch.randint(0, P.vocab, (3, 64), generator=torch.Generator().manual_seed(5))  # ids outside S too
+    margins = []
+    for ids in (full_cycle, rand):
+        logits, _, _, _ = _run(target, ids)
+        top = logits.topk(2, dim=-1)
+        assert torch.equal(top.indices[..., 0], b[ids]), "greedy next token != B(t)"
+        margins.append((top.values[..., 0] - top.values[..., 1]).min().item())
+    print(f"target min logit margin (bf16): {min(margins):.2f}")
+    assert min(margins) > 15.0
+
+
+def test_constructed_draft_drafts_the_chain(pair, target):
+    out, _ = pair
+    draft = _draft(out, "draft", target)
+    # prompts of random S tokens (so the generated chain revisits prompt tokens) followed by the chain
+    g = torch.Generator().manual_seed(7)
+    prompt = torch.randint(P.s_start, P.s_start + P.s_size, (2, 96), generator=g)
+    ids = torch.cat([prompt, _chain(_bigram()[prompt[:, -1]], 96)], dim=1)
+    _, aux, _, _ = _run(target, ids)
+    gen = slice(prompt.shape[1] - 1, None)  # rounds after the prompt: what decoding sees
+    for steps in (2, 4):  # 2 = the lab configuration; every step is a fixed point, so more steps work too
+        lens, margins = [], []
+        for s in range(ids.shape[0]):
+            drafts, m = R.draft_chain(draft, aux[s], ids[s], steps)
+            lens.append(R.accept_chain(drafts, ids[s])[gen].float())
+            margins.append([mm[gen].min().item() for mm in m])
+        acc = torch.cat(lens)
+        per_step = [min(col) for col in zip(*margins, strict=True)]
+        print(f"steps={steps}: draft accept length {acc.mean():.3f}; min margin per step {per_step}")
+        assert torch.all(acc == steps + 1)
+        assert min(per_step) > 10.0
+
+
+def test_random_draft_is_not_accepted(pair, target):
+    out, _ = pair
+    draft = _draft(out, "draft-random", target)
+    ids = _chain(torch.tensor([P.s_start, P.s_start + 17]), 96)
+    _, aux, _, _ = _run(target, ids)
+    acc = torch.cat([R.accept_lengths(*R.draft_two_steps(draft, aux[s], ids[s])[:2], ids[s]).float()
+                     for s in range(2)])
+    print(f"random draft accept length {acc.mean():.3f}")
+    assert acc.mean() < 1.1
+
+
+def _rank_partial(model, layer: int, x: torch.Tensor, rank: int) -> torch.Tensor:
+    """What TP rank `rank` of 2 holds of the shared expert's output before the all-reduce: sglang splits the
+    intermediate dim into contiguous halves (MergedColumnParallelLinear / RowParallelLinear)."""
+    se = model.model.layers[layer].mlp.shared_experts
+    half = se.gate_proj.weight.shape[0] // 2
+    sl = slice(rank * half, (rank + 1) * half)
+    xf = x.float()
+    gate, up = xf @ se.gate_proj.weight[sl].float().T, xf @ se.up_proj.weight[sl].float().T
+    act = torch.nn.functional.silu(gate) * up
+    return (act.to(torch.bfloat16).float() @ se.down_proj.weight[:, sl].float().T).to(torch.bfloat16)
+
+
+def test_witness_sum_is_zero_and_a_wrong_aux_capture_breaks_acceptance(pair, target):
+    out, _ = pair
+    model = target[0]
+    draft = _draft(out, "draft", target)
+    ids = _chain(torch.tensor([P.s_start + 3, P.s_start + 99]), 80)
+    _, aux, caps, shared_in = _run(target, ids)
+    witness = G.build_structure(P, 0).witness
+    for i in CAPS:
+        bound = _witness_bound(target, i, witness)  # 0 in exact arithmetic; rounding alone, derived
+        assert torch.all(caps[i][..., witness].double().abs() <= bound), "witness coordinates beyond rounding"
+        p0, p1 = (_rank_partial(model, i - 1, shared_in[i], r) for r in (0, 1))
+        assert bound.max() < 1e-3 * p0.float()[..., witness].pow(2).mean().sqrt()  # negligible next to a part
+        assert torch.equal(p0.float() + p1.float(), torch.zeros_like(p0.float()))  # exact cancellation
+        assert p0.float()[..., witness].pow(2).mean().sqrt() > 2.0  # but each rank's part is large
+    good = torch.cat([R.accept_lengths(*R.draft_two_steps(draft, aux[s], ids[s])[:2], ids[s])
+                      for s in range(2)])
+    assert torch.all(good == 3)
+    # the capture bug class of P3 / P4: an aux state holding one rank's partial sum of the layer before
+    for bad_caps in (CAPS, [CAPS[1]]):
+        lens = []
+        for s in range(2):
+            parts = [(caps[i][s].float() + (_rank_partial(model, i - 1, shared_in[i][s], 0).float()
+                                            if i in bad_caps else 0)).to(torch.bfloat16) for i in CAPS]
+            d1, d2, _, _ = R.draft_two_steps(draft, torch.cat(parts, -1), ids[s])
+            lens.append(R.accept_lengths(d1, d2, ids[s]).float())
+        acc = torch.cat(lens).mean()
+        print(f"accept length with rank-0 partial sums in captures {bad_caps}: {acc:.3f}")
+        assert acc < 1.2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What sglang's loaders read (derived by reading sglang 0.5.14 / 0.5.9 source; see README "Loader facts").
+
+# sglang 0.5.14 srt/models/llama_eagle3.py: LlamaForCausalLMEagle3.load_weights
+LEGACY_NAME_MAP_0514 = {"midlayer": "layers.0", "aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1",
+                        "aux_norm_high": "fc_norm.2"}
+STACKED = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
+           (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1)]
+
+
+def _draft_params(cfg: dict, layer_prefix: str) -> dict[str, tuple[int, ...]]:
+    """named_parameters() of LlamaForCausalLMEagle3 (TP=1, before set_embed), from its module tree."""
+    H, hd = cfg["hidden_size"], cfg["head_dim"]
+    nq, nkv, inter = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
+    n_aux = len(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    lp = f"model.{layer_prefix}."
+    return {
+        "model.embed_tokens.weight": (cfg["vocab_size"], H),
+        "model.fc.weight": (H, cfg["target_hidden_size"] * n_aux),
+        lp + "self_attn.qkv_proj.weight": ((nq + 2 * nkv) * hd, 2 * H),
+        lp + "self_attn.o_proj.weight": (H, nq * hd),
+        lp + "mlp.gate_up_proj.weight": (2 * inter, H),
+        lp + "mlp.down_proj.weight": (H, inter),
+        lp + "input_layernorm.weight": (H,),
+        lp + "post_attention_layernorm.weight": (H,),
+        lp + "hidden_norm.weight": (H,),
+        "model.norm.weight": (H,),
+        "lm_head.weight": (cfg["draft_vocab_size"], H),
+    }
+
+
+def _map_like_sglang(name: str, params: dict, legacy: dict) -> str | None:
+    for old, new in legacy.items():
+        if old in name:
+            name = name.replace(old, new)
+    for param_name, weight_name, _ in STACKED:
+        if weight_name in name:
+            name = name.replace(weight_name, param_name)
+            return f"model.{name}" if name not in params else name
+    return name if name in params else f"model.{name}"
+
+
+@pytest.mark.parametrize("version, legacy, layer_prefix",
+                         [("0.5.14", LEGACY_NAME_MAP_0514, "layers.0"), ("0.5.9", {}, "midlayer")])
+def test_draft_names_and_config_match_sglang_eagle3_loader(pair, version, legacy, layer_prefix):
+    out, _ = pair
+    cfg = json.loads((out / "draft" / "config.json").read_text())
+    params = _draft_params(cfg, layer_prefix)
+    tensors = load_file(out / "draft" / "model.safetensors")
+    loaded: dict[str, list[tuple[int, ...]]] = {}
+    for name, t in tensors.items():
+        if "d2t" in name or "t2d" in name:  # read (d2t) / skipped (t2d) before any mapping
+            continue
+        target = _map_like_sglang(name, params, legacy)
+        assert target in params, f"{version}: checkpoint tensor {name} -> {target} is silently dropped"
+        loaded.setdefault(target, []).append(tuple(t.shape))
+    for pname, shape in params.items():
+        if pname == "model.embed_tokens.weight":
+            continue  # replaced by the target's embedding (eagle_worker_v2 init_lm_head -> set_embed)
+        shards = loaded.get(pname)
+        assert shards, f"{version}: parameter {pname} gets no weight"
+        rows = sum(s[0] for s in shards)
+        assert (rows, *shards[0][1:]) == shape, f"{version}: {pname} {shards} vs {shape}"
+    hot = tensors["d2t"] + torch.arange(tensors["d2t"].shape[0])  # hot_token_id = d2t + arange
+    assert hot.tolist() == list(range(P.s_start, P.s_start + P.s_size))
+    assert tensors["t2d"].dtype == torch.bool and int(tensors["t2d"].sum()) == P.s_size
+    # config keys the loaders and workers read
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["draft_vocab_size"] == P.s_size  # set -> own lm_head over the draft vocab, not the target's
+    assert cfg["target_hidden_size"] == cfg["hidden_size"] == P.hidden  # equal: set_embed shares embed
+    assert cfg["tie_word_embeddings"] is False and cfg["num_hidden_layers"] == 1
+    ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    # deepseek_v2.set_eagle3_layers_to_capture: 0.5.14 adds 1 only if ids[0] == 1; 0.5.9 always adds 1;
+    # the default without ids is [2, L // 2, L - 3]. All three agree for this pair.
+    captured = [i + 1 for i in ids] if (version == "0.5.9" or ids[0] == 1) else ids
+    assert captured == CAPS == [2, P.layers // 2, P.layers - 3]
+    hf = transformers.AutoConfig.from_pretrained(out / "draft")
+    assert (hf.draft_vocab_size, hf.target_hidden_size, hf.head_dim) == (P.s_size, P.hidden, P.draft_head_dim)
+    assert hf.eagle_config["eagle_aux_hidden_state_layer_ids"] == ids
+
+
+def test_target_names_follow_the_deepseek_checkpoint_layout(pair):
+    """sglang's deepseek_weight_loader reads HF DeepSeek-V3 names: q_a_proj + kv_a_proj_with_mqa (fused on
+    load), per-expert mlp.experts.E.{gate,up,down}_proj, mlp.shared_experts.*,
+    mlp.gate.{weight,e_score_correction_bias}."""
+    out, _ = pair
+    names = set(load_file(out / "target" / "model.safetensors"))
+    expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    for i in range(P.layers):
+        pre = f"model.layers.{i}."
+        expected |= {pre + n for n in (
+            "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_a_proj.weight",
+            "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight",
+            "self_attn.kv_a_proj_with_mqa.weight",
+            "self_attn.kv_a_layernorm.weight", "self_attn.kv_b_proj.weight", "self_attn.o_proj.weight")}
+        experts = [f"mlp.experts.{e}." for e in range(P.routed_experts)]
+        mlps = ["mlp."] if i == 0 else ["mlp.shared_experts.", *experts]
+        expected |= {pre + m + f"{s}_proj.weight" for m in mlps for s in ("gate", "up", "down")}
+        if i > 0:
+            expected |= {pre + "mlp.gate.weight", pre + "mlp.gate.e_score_correction_bias"}
+    assert names == expected
+
+
+def test_sizing_counts_the_generated_tensors(pair):
+    out, _ = pair
+    tensors = load_file(out / "target" / "model.safetensors")
+    actual = sum(t.numel() * t.element_size() for n, t in tensors.items()
+                 if "norm" not in n and "bias" not in n)
+    assert G.sizing(P)["total_bytes"] == actual
+    lab = G.sizing(G.PRESETS["lab"], tokens=1)
+    assert 3.3e9 < lab["bytes_per_rank"] < 4.3e9 and 12e9 < lab["total_bytes"] < 13.5e9
+
+
+def test_bad_arguments_are_named(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        G.main(["--out", str(tmp_path / "file"), "--preset", "tiny"])
+    assert "--out" in str(e.value)
+    with pytest.raises(SystemExit):
+        G.main(["--out", str(tmp_path / "x"), "--preset", "nope"])
+    assert "--preset" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as e:
+            G.main(["--out", str(tmp_path / "x"), "--preset", "tiny", "--device", "cuda"])
+        assert "--device" in str(e.value)
+
+
+def _literal_in(src: str, func: str, var: str):
+    import ast
+
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.FunctionDef) and node.name == func:
+            for stmt in ast.walk(node):
+                names = [getattr(t, "id", None) for t in getattr(stmt, "targets", [])]
+                if isinstance(stmt, ast.Assign) and var in names:
+                    return ast.literal_eval(stmt.value)
+    raise AssertionError(f"{var} not found in {func}")
+
+
+def test_loader_facts_against_sglang_source():
+    """Optional: with SGLANG_SRC=<unpacked sglang 0.5.14 package dir>, re-derive the facts above."""
+    import os
+
+    src = os.environ.get("SGLANG_SRC")
+    if not src:
+        pytest.skip("set SGLANG_SRC to an unpacked sglang 0.5.14 package dir (site-packages/sglang)")
+    models = Path(src) / "srt" / "models"
+    eagle3 = (models / "llama_eagle3.py").read_text()
+    assert _literal_in(eagle3, "load_weights", "legacy_name_map") == LEGACY_NAME_MAP_0514
+    assert [tuple(x) for x in _literal_in(eagle3, "load_weights", "stacked_params_mapping")] == STACKED
+    assert 'getattr(config, "norm_output", False)' in eagle3
+    assert "self.hot_token_id = loaded_weight + torch.arange" in eagle3
+    ds = (models / "deepseek_v2.py").read_text()
+    assert "self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]" in ds
+    assert "if layer_ids and layer_ids[0] == 1:" in ds

@@ -1,0 +1,312 @@
+"""`sglang-blackwell doctor`: runs for real on this CPU-only machine (no GPU: exit 0, items n/a), keeps a
+stable JSON schema, and gives each failing item a fix. GPU boxes are simulated (Topology.simulated or
+SGLANG_BLACKWELL_TOPOLOGY, said in every output); installed packages are real files: our wheels' dist-info
+marker, a kernel package holding an nvcc-compiled .so, and the pinned upstream flashinfer wheel."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from pyenvs import clean_env, cli, make_venv
+
+from sglang_blackwell.box.doctor import (
+    CHECK_IDS,
+    CHECK_KEYS,
+    SCHEMA,
+    Context,
+    check_kernel_sass,
+    run_doctor,
+    to_receipt,
+    validate_doctor,
+)
+from sglang_blackwell.box.hazards import acs_facts, iommu_facts, parse_lspci_acs, upstream_bridges
+from sglang_blackwell.box.stackinfo import arch_covered, trtllm_comm_probe
+from sglang_blackwell.box.topology import Topology
+from sglang_blackwell.receipts import ENVELOPE_KEYS
+
+
+def _no_gpu_here() -> bool:
+    from sglang_blackwell.box.topology import detect
+
+    return detect(cuda=False, environ={}).gpu_count == 0
+
+
+def doctor_json(*args: str, env: dict[str, str] | None = None) -> tuple[dict, subprocess.CompletedProcess]:
+    r = cli("doctor", "--json", *args, env=env, check=False)
+    return json.loads(r.stdout), r
+
+
+def checks_for(topo: Topology, python: str | None = None) -> tuple[dict, dict[str, dict]]:
+    """The doctor in this process on a simulated topology: (receipt, {id: check})."""
+    rec = json.loads(json.dumps(to_receipt(run_doctor(topology=topo, python=python)), default=str))
+    return rec, {c["id"]: c for c in rec["checks"]}
+
+
+def sim(tmp_path: Path, topo: Topology, name: str = "box.json") -> dict[str, str]:
+    f = tmp_path / name
+    f.write_text(json.dumps(topo.to_dict()))
+    return clean_env(SGLANG_BLACKWELL_TOPOLOGY=str(f))
+
+
+@pytest.mark.skipif(not _no_gpu_here(), reason="this machine has GPUs: CPU-only behaviour cannot be shown")
+def test_cpu_only_machine_runs_says_so_exits_zero(tmp_path):
+    out = tmp_path / "doctor.json"
+    rec, r = doctor_json("--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert validate_doctor(rec) == []
+    assert json.loads(out.read_text())["checks"] == rec["checks"]
+    assert rec["summary"]["gpus"] == 0 and rec["summary"]["topology_class"] == "no-gpu"
+    status = {c["id"]: c["status"] for c in rec["checks"]}
+    for gpu_item in ("gpus", "driver", "p2p", "multicast", "links", "iommu", "acs", "allreduce_paths",
+                     "kernel_sass", "flashinfer_trtllm_comm"):
+        assert status[gpu_item] == "n/a", (gpu_item, status[gpu_item])
+    text = cli("doctor").stdout
+    assert "no NVIDIA GPU" in text and "overall:" in text
+
+
+def test_schema_is_stable(tmp_path):
+    rec, _ = doctor_json(env=sim(tmp_path, Topology.simulated(8)))
+    assert tuple(rec)[:len(ENVELOPE_KEYS)] == ENVELOPE_KEYS
+    assert rec["kind"] == "doctor" and rec["doctor_schema"] == SCHEMA
+    assert [c["id"] for c in rec["checks"]] == list(CHECK_IDS)
+    assert all(tuple(c) == CHECK_KEYS for c in rec["checks"])
+    assert validate_doctor(rec) == []
+    broken = json.loads(json.dumps(rec))
+    broken["checks"].pop(3)
+    broken["checks"][0]["status"] = "fail"
+    broken["checks"][0]["fix"] = None
+    del broken["summary"]["failing"]
+    probs = validate_doctor(broken)
+    assert any("check ids" in p for p in probs) and any("without a fix" in p for p in probs)
+    assert any("'failing'" in p for p in probs)
+
+
+def test_simulated_pcie_box_flags_missing_profile_then_install_clears_it(tmp_path):
+    box = Topology.simulated(8, "12.0", kind="SYS", atomics=False, multicast=False)
+    env = sim(tmp_path, box)
+    venv = make_venv(tmp_path / "venv")
+    rec, c = checks_for(box, str(venv))
+    assert rec["machine"]["gpu_count"] == 8 and "[simulated]" in c["gpus"]["detail"], "simulation is said"
+    assert c["nccl_env"]["status"] == "warn" and "nccl install" in c["nccl_env"]["fix"]
+    assert c["p2p"]["status"] == "ok" and "native atomics: none" in c["p2p"]["detail"]
+    assert c["iommu"]["status"] == "n/a" and "simulated" in c["iommu"]["detail"]
+    assert "42 KiB: nccl" in c["allreduce_paths"]["detail"]
+    assert validate_doctor(rec) == []
+
+    cli("nccl", "install", "--python", str(venv), env=env)  # auto, resolved against the simulated box
+    rec, c = checks_for(box, str(venv))
+    assert c["nccl_env"]["status"] == "ok", c["nccl_env"]
+    assert "profile pcie-ll" in c["nccl_env"]["detail"]
+    assert "NCCL_PROTO=LL (sitecustomize)" in c["nccl_env"]["detail"]
+
+    # the same environment on an NVLink box: the recorded resolution no longer matches the hardware
+    rec, c = checks_for(Topology.simulated(2, "9.0", kind="NV18"), str(venv))
+    assert c["nccl_env"]["status"] == "warn" and "no longer matches the hardware" in c["nccl_env"]["detail"]
+    assert c["nccl_env"]["fix"].startswith("sglang-blackwell nccl install --profile auto")
+
+
+def _fake_dist(site: Path, name: str, version: str, marker: dict | None = None) -> None:
+    d = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
+    if marker is not None:
+        (d / "sglang_blackwell.json").write_text(json.dumps(marker))
+
+
+def test_fork_builds_read_from_dist_info_markers(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    _fake_dist(site, "sglang", "0.5.9+sm120.1", {"base": "0.5.9", "patches": [
+        {"name": "0001-fusion-gate.patch", "logical_id": "P2"},
+        {"name": "0002-symm-mem.patch", "logical_id": "P6"}]})
+    _fake_dist(site, "flashinfer-python", "0.6.4")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    rec, checks = checks_for(Topology.simulated(8))
+    c = checks["fork_builds"]
+    assert "sglang 0.5.9+sm120.1: this fork (base 0.5.9, patches P2, P6)" in c["detail"]
+    assert "flashinfer-python 0.6.4: upstream build" in c["detail"]
+    assert c["status"] == "warn" and "sglang-blackwell install" in c["fix"]
+    assert rec["versions"]["sglang"] == "0.5.9+sm120.1"
+
+
+@pytest.fixture(scope="module")
+def flashinfer_064(tmp_path_factory) -> Path:
+    """The default base's pinned flashinfer-python wheel (fetched, sha256-verified), unpacked."""
+    pytest.importorskip("torch", reason="flashinfer imports torch (make test installs the CPU build)")
+    from sglang_blackwell.patchset.bases import get_base
+    from sglang_blackwell.patchset.fetch import fetch
+
+    art = get_base("0.5.9").package("flashinfer").files[0]
+    try:
+        whl = fetch(art)
+    except Exception as e:
+        pytest.skip(f"cannot fetch {art.filename}: {e}")
+    d = tmp_path_factory.mktemp("fi064")
+    with zipfile.ZipFile(whl) as z:
+        z.extractall(d)
+    r = subprocess.run([sys.executable, "-c", "import flashinfer.jit.comm"],
+                       env=dict(os.environ, PYTHONPATH=str(d)), capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"flashinfer 0.6.4 does not import here: {r.stderr.strip().splitlines()[-1:]}")
+    return d
+
+
+@pytest.mark.network
+def test_trtllm_comm_probe_on_real_flashinfer(flashinfer_064, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(flashinfer_064))
+    hopper = trtllm_comm_probe("9.0")
+    assert hopper["importable"] and hopper["accepted"] is True and hopper["arch"] == "9.0a"
+    blackwell = trtllm_comm_probe("12.0")
+    assert blackwell["accepted"] is False and "No supported CUDA architectures" in blackwell["error"]
+    assert blackwell["majors"] == [9, 10]
+
+
+@pytest.mark.network
+def test_doctor_flags_trtllm_comm_on_sm120(flashinfer_064, monkeypatch):
+    monkeypatch.syspath_prepend(str(flashinfer_064))  # the dist-info, read by doctor without importing it
+    monkeypatch.setenv("PYTHONPATH", str(flashinfer_064))  # the probe subprocess imports it
+    _, c = checks_for(Topology.simulated(8, "12.0"))
+    t = c["flashinfer_trtllm_comm"]
+    assert t["status"] == "warn" and "rejected" in t["detail"] and "P1" in t["fix"]
+    assert "rejects capability 12.0" in c["allreduce_paths"]["data"]["fusion"]["why"]
+
+
+@pytest.mark.slow
+def test_kernel_sass_check_on_a_compiled_kernel_package(tmp_path, monkeypatch):
+    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
+    if nvcc is None:
+        pytest.skip("nvcc not found: needs a real CUDA shared object")
+    pkg = tmp_path / "site" / "sgl_kernel"
+    (pkg / "sm100").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('doctor must not import the kernel package')\n")
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* x) { x[threadIdx.x] += 1.f; }\n")
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_90a,code=sm_90a",
+                    "-gencode", "arch=compute_120a,code=sm_120a", str(src), "-o",
+                    str(pkg / "sm100" / "common_ops.abi3.so")], check=True, capture_output=True)
+    _fake_dist(tmp_path / "site", "sgl-kernel", "0.3.21+cu130")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for cap, status in (("12.0", "ok"), ("9.0", "ok"), ("8.9", "fail"), ("12.1", "fail")):
+        k = check_kernel_sass(Context(Topology.simulated(2, cap, kind="PIX"), {}, None, None, None, None))
+        k = {"status": k.status, "detail": k.detail, "fix": k.fix}
+        assert k["status"] == status, (cap, k)
+        assert "sgl-kernel 0.3.21+cu130" in k["detail"] and "sm_90a sm_120a" in k["detail"]
+        if status == "fail":
+            assert k["fix"]
+
+
+def test_arch_covered():
+    archs = ["sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+    assert arch_covered(archs, 12, 0) and arch_covered(archs, 9, 0) and arch_covered(archs, 12, 1)
+    assert not arch_covered(["sm_80", "sm_90"], 12, 0)
+    assert not arch_covered(["sm_120a"], 12, 1)
+    assert arch_covered(["compute_90"], 12, 0), "PTX JITs forward"
+
+
+LSPCI = """\
+0000:00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00)
+\tControl: I/O+ Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- SERR- FastB2B- DisINTx+
+\tCapabilities: [2a0 v1] Access Control Services
+\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
+\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
+
+0000:01:00.0 PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])
+\tCapabilities: [1f0 v1] Access Control Services
+\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ DirectTrans+
+\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-
+
+0000:03:00.0 3D controller: NVIDIA Corporation Device 2bb5 (rev a1)
+\tSubsystem: NVIDIA Corporation Device 204e
+"""
+
+
+def _fake_sysfs(root: Path) -> None:
+    """A simulated /sys: GPU 0000:03:00.0 behind root port 00:01.1 -> switch 01:00.0 -> 02:00.0; IOMMU on."""
+    dev = root / "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0"
+    dev.mkdir(parents=True)
+    (dev / "iommu_group").mkdir()
+    (dev / "iommu_group" / "type").write_text("DMA-FQ\n")
+    (root / "sys/bus/pci/devices").mkdir(parents=True)
+    (root / "sys/bus/pci/devices/0000:03:00.0").symlink_to(dev)
+    (root / "sys/class/iommu/ivhd0").mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz root=/dev/sda1 amd_iommu=on quiet\n")
+
+
+def test_platform_hazards_from_simulated_sysfs(tmp_path):
+    _fake_sysfs(tmp_path)
+    topo = Topology.simulated(1)
+    topo.gpus[0].pci_bus_id = "0000:03:00.0"
+    assert upstream_bridges("0000:03:00.0", tmp_path) == ["0000:00:01.1", "0000:01:00.0", "0000:02:00.0"]
+    io = iommu_facts(topo, tmp_path)
+    assert io["units"] == ["ivhd0"] and io["cmdline"] == ["amd_iommu=on"]
+    assert io["gpu_domain_types"] == {"0000:03:00.0": "DMA-FQ"}
+    devs = parse_lspci_acs(LSPCI)
+    assert devs["0000:00:01.1"]["acs_ctl"]["ReqRedir"] is True
+    assert devs["0000:01:00.0"]["acs_ctl"]["ReqRedir"] is False
+    assert devs["0000:03:00.0"]["acs_ctl"] is None
+    acs = acs_facts(topo, tmp_path, lspci=LSPCI)
+    assert acs["redirecting"] == ["0000:00:01.1"] and acs["with_acs"] == ["0000:00:01.1", "0000:01:00.0"]
+
+
+def _stack_site(tmp_path: Path, sglang: str, flashinfer: str, fi_base: str) -> Path:
+    """An installed stack as doctor sees it: dist-info plus the real release files that say whether the
+    PCIe-IPC all-reduce is there (sglang's pcie_ipc_ar.py from 0.5.23; flashinfer's comm/ from `fi_base`'s
+    pinned wheel), fetched, sha256-verified and cached."""
+    from sglang_blackwell.patchset.bases import get_base
+    from sglang_blackwell.patchset.fetch import fetch
+
+    site = tmp_path / f"site-{sglang}-{flashinfer}"
+    for base, package, prefixes in (("0.5.23", "sglang", ("sglang/srt/distributed/device_communicators/",)),
+                                    (fi_base, "flashinfer", ("flashinfer/comm/pcie_ipc_ar.py",))):
+        art = get_base(base).package(package).files_for(None)[0]
+        try:
+            whl = fetch(art)
+        except Exception as e:
+            pytest.skip(f"cannot fetch {art.filename}: {e}")
+        with zipfile.ZipFile(whl) as z:
+            for n in z.namelist():
+                if n.startswith(prefixes) and n.endswith(".py") and (package == "flashinfer" or sglang >= "0.5.23"):
+                    z.extract(n, site)
+    for pkg in ("sglang", "flashinfer"):
+        (site / pkg).mkdir(parents=True, exist_ok=True)
+        (site / pkg / "__init__.py").write_text("raise ImportError('doctor must not import it')\n")
+    _fake_dist(site, "sglang", sglang)
+    _fake_dist(site, "flashinfer-python", flashinfer)
+    return site
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("stack,env,status,needle", [
+    (("0.5.23", "0.7.2", "0.5.23"), {}, "info", "available, off: export SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"),
+    (("0.5.23", "0.7.2", "0.5.23"), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "ok", "on (SGLANG_ENABLE"),
+    (("0.5.23", "0.6.12", "0.5.14"), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "warn",
+     "is set but it cannot run: needs flashinfer >= 0.7.0"),
+    (("0.5.14", "0.6.12", "0.5.14"), {}, "info", "not available: this sglang has no pcie_ipc_ar backend"),
+])
+def test_pcie_ipc_item(tmp_path, monkeypatch, stack, env, status, needle):
+    from sglang_blackwell.box.doctor import check_pcie_ipc
+    from sglang_blackwell.box.stackinfo import dist_facts
+
+    site = _stack_site(tmp_path, *stack)
+    monkeypatch.syspath_prepend(str(site))
+    for k in [k for k in os.environ if k.startswith("SGLANG_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    box = Topology.simulated(8, "12.0", kind="SYS", atomics=False, multicast=False)
+    c = check_pcie_ipc(Context(box, {}, dist_facts("sglang"), dist_facts("flashinfer-python"), None, None))
+    assert c.status == status and needle in c.detail, c
+    if status == "warn":
+        assert c.fix == "sglang-blackwell install --base 0.5.23 (sglang 0.5.23 + flashinfer 0.7.2)"
+    if stack[0] == "0.5.14":
+        assert "a PCIe-only box: the case it is made for" in c.detail
+    no_gpu = check_pcie_ipc(Context(Topology.simulated(0), {}, None, None, None, None))
+    assert no_gpu.status == "n/a"

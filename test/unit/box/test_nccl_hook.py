@@ -1,0 +1,268 @@
+"""`sglang-blackwell nccl install|show|uninstall` against real environments: venvs made here, a venv made from
+Debian's system Python (whose /usr/lib/python3.X/sitecustomize.py shadows the venv's own), fresh interpreters
+and multiprocessing spawn children (how SGLang starts its TP workers)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from pyenvs import (
+    PCIE_LL,
+    clean_env,
+    cli,
+    debian_python,
+    fresh_env,
+    listing,
+    make_venv,
+    site_packages,
+    spawn_child_env,
+)
+
+from sglang_blackwell.box.nccl_hook import BEGIN, END, HOOK_MODULE, PTH_FILE
+
+# a user's own sitecustomize: CRLF line endings, no trailing newline, and code whose effect we can see
+USER_SC = b"import os\r\nos.environ.setdefault('USER_SITECUSTOMIZE_RAN', 'yes')\r\n# no newline at end"
+
+
+@pytest.fixture
+def venv(tmp_path) -> Path:
+    return make_venv(tmp_path / "venv")
+
+
+@pytest.fixture
+def debian_venv(tmp_path) -> Path:
+    py, why = debian_python()
+    if py is None:
+        pytest.skip(why)
+    return make_venv(tmp_path / "dvenv", py)
+
+
+def test_install_creates_sitecustomize_fresh_interpreter_and_spawn_child_see_profile(venv, tmp_path):
+    sp = site_packages(venv)
+    assert not (sp / "sitecustomize.py").exists()
+    r = cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    assert "via sitecustomize" in r.stdout
+    assert (sp / "sitecustomize.py").exists() and not (sp / PTH_FILE).exists()
+    assert fresh_env(venv) == PCIE_LL
+    inherited = spawn_child_env(venv, tmp_path, "inherit")
+    assert inherited["child"] == PCIE_LL and inherited["exitcode"] == 0
+    # the parent drops every NCCL_* before spawning: the child still gets them from its own interpreter start
+    own = spawn_child_env(venv, tmp_path, "clear")
+    assert own["parent"] == {} and own["child"] == PCIE_LL
+    cli("nccl", "uninstall", "--python", str(venv))
+    assert not (sp / "sitecustomize.py").exists(), "uninstall must remove the file install created"
+    assert fresh_env(venv) == {}
+
+
+def test_user_values_win_and_kill_switch(venv):
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    env = clean_env(NCCL_PROTO="Simple", NCCL_BUFFSIZE="4194304")
+    assert fresh_env(venv, env) == dict(PCIE_LL, NCCL_PROTO="Simple", NCCL_BUFFSIZE="4194304")
+    for off in ("0", "off", "false"):
+        assert fresh_env(venv, clean_env(SGLANG_BLACKWELL_NCCL=off)) == {}
+    assert fresh_env(venv, clean_env(SGLANG_BLACKWELL_NCCL="1")) == PCIE_LL
+    # show names each value's source
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json", env=env).stdout)
+    src = {r["key"]: (r["value"], r["source"]) for r in st["env"]}
+    assert src["NCCL_PROTO"] == ("Simple", "user")
+    assert src["NCCL_ALGO"] == ("Ring", "sitecustomize")
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json",
+                        env=clean_env(SGLANG_BLACKWELL_NCCL="0")).stdout)
+    assert st["kill_switch"]["engaged"]
+    assert {r["key"]: r["source"] for r in st["env"]}["NCCL_PROTO"] == "default"
+
+
+def test_existing_sitecustomize_kept_reinstall_idempotent_uninstall_byte_exact(venv):
+    sc = site_packages(venv) / "sitecustomize.py"
+    sc.write_bytes(USER_SC)
+    os.chmod(sc, 0o640)
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    once = sc.read_bytes()
+    assert once.startswith(USER_SC) and once.count(BEGIN) == 1 and once.count(END) == 1
+    out = subprocess.run([str(venv), "-c", "import os; print(os.environ.get('USER_SITECUSTOMIZE_RAN'), "
+                          "os.environ.get('NCCL_PROTO'))"], capture_output=True, text=True, env=clean_env())
+    assert out.stdout.split() == ["yes", "LL"], out.stderr
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    assert sc.read_bytes() == once, "re-installing the same profile must not change a byte"
+    cli("nccl", "install", "--python", str(venv), "--profile", "none")
+    swapped = sc.read_bytes()
+    assert swapped.startswith(USER_SC) and swapped.count(BEGIN) == 1 and fresh_env(venv) == {}
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    assert sc.read_bytes() == once
+    cli("nccl", "uninstall", "--python", str(venv))
+    assert sc.read_bytes() == USER_SC
+    assert oct(sc.stat().st_mode & 0o777) == oct(0o640), "file mode kept"
+    r = cli("nccl", "uninstall", "--python", str(venv))
+    assert "nothing to do" in r.stdout and sc.read_bytes() == USER_SC
+
+
+def test_user_content_added_after_install_survives_uninstall(venv):
+    sc = site_packages(venv) / "sitecustomize.py"
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    sc.write_bytes(sc.read_bytes() + b"X = 1\n")
+    cli("nccl", "uninstall", "--python", str(venv))
+    assert sc.read_bytes() == b"X = 1\n", "a file install created is removed only while it holds nothing else"
+
+
+def test_debian_system_python_venv_uses_pth_hook(debian_venv, tmp_path):
+    sp = site_packages(debian_venv)
+    # the premise: the venv's own sitecustomize.py never runs there
+    (sp / "sitecustomize.py").write_text("import os; os.environ['VENV_SC_RAN'] = '1'\n")
+    code = "import os, sitecustomize; print(os.environ.get('VENV_SC_RAN'), sitecustomize.__file__)"
+    probe = subprocess.run([str(debian_venv), "-c", code], capture_output=True, text=True, env=clean_env())
+    ran, used = probe.stdout.split()
+    assert ran == "None" and used.startswith("/usr/lib/python3"), probe.stdout
+    (sp / "sitecustomize.py").unlink()
+    before = listing(sp)
+
+    r = cli("nccl", "install", "--python", str(debian_venv), "--profile", "pcie-ll", check=False)
+    assert r.returncode == 0, r.stderr
+    assert "via pth" in r.stdout and "shadows" in r.stdout
+    assert (sp / PTH_FILE).exists() and (sp / f"{HOOK_MODULE}.py").exists()
+    assert not (sp / "sitecustomize.py").exists()
+    assert fresh_env(debian_venv) == PCIE_LL
+    assert spawn_child_env(debian_venv, tmp_path, "clear")["child"] == PCIE_LL
+    show = cli("nccl", "show", "--python", str(debian_venv)).stdout
+    assert "shadows this environment's own" in show and "pth" in show
+
+    r = cli("nccl", "install", "--python", str(debian_venv), "--hook", "sitecustomize", check=False)
+    assert r.returncode == 2 and "would never run" in r.stderr
+
+    cli("nccl", "uninstall", "--python", str(debian_venv))
+    assert listing(sp) == before
+    assert fresh_env(debian_venv) == {}
+
+
+def test_block_left_in_shadowed_sitecustomize_is_reported_and_moved(debian_venv):
+    """An install forced into a sitecustomize.py that never runs (e.g. copied from another machine) is flagged
+    by show, and a normal install moves it to the .pth hook."""
+    sp = site_packages(debian_venv)
+    venv_dir = debian_venv.parent.parent
+    plain = make_venv(venv_dir.parent / "plain")
+    cli("nccl", "install", "--python", str(plain), "--profile", "pcie-ll")
+    shutil.copy(site_packages(plain) / "sitecustomize.py", sp / "sitecustomize.py")
+    st = json.loads(cli("nccl", "show", "--python", str(debian_venv), "--format", "json").stdout)
+    assert st["active"] is None and any("never runs" in p for p in st["problems"])
+    assert fresh_env(debian_venv) == {}
+    cli("nccl", "install", "--python", str(debian_venv), "--profile", "pcie-ll")
+    assert not (sp / "sitecustomize.py").exists() and fresh_env(debian_venv) == PCIE_LL
+
+
+def test_concurrent_installs_never_corrupt(venv):
+    sc = site_packages(venv) / "sitecustomize.py"
+    sc.write_bytes(USER_SC)
+    profiles = ["pcie-ll", "none"] * 4
+    with ThreadPoolExecutor(len(profiles)) as pool:  # 8 CLI processes at once
+        results = list(pool.map(lambda p: cli("nccl", "install", "--python", str(venv), "--profile", p,
+                                              check=False), profiles))
+    assert [r.returncode for r in results] == [0] * len(profiles), [r.stderr for r in results]
+    data = sc.read_bytes()
+    assert data.startswith(USER_SC) and data.count(BEGIN) == 1 and data.count(END) == 1
+    got = fresh_env(venv)
+    assert got in (PCIE_LL, {}), got
+    leftovers = [p.name for p in sc.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == [], f"temp files left behind: {leftovers}"
+    cli("nccl", "uninstall", "--python", str(venv))
+    assert sc.read_bytes() == USER_SC
+
+
+def _readonly_runner(site: Path):
+    """A command prefix under which `site` is read-only for the CLI, or (None, reason)."""
+    if os.geteuid() != 0:
+        site.chmod(0o555)
+        return [], lambda: site.chmod(0o755)
+    # root ignores permission bits; a read-only bind mount in a private mount namespace blocks it for real
+    if not shutil.which("unshare"):
+        return None, "running as root and `unshare` is missing: cannot make a directory read-only for root"
+    t = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if t.returncode != 0:
+        why = t.stderr.decode().strip()
+        return None, f"running as root without mount namespaces ({why}): cannot make a directory read-only"
+    return ["unshare", "-m", "sh", "-c",
+            'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', str(site)], None
+
+
+def test_readonly_site_packages_clear_error_nothing_changed(venv):
+    site = site_packages(venv)
+    (site / "sitecustomize.py").write_bytes(USER_SC)
+    before = listing(site)
+    prefix, undo = _readonly_runner(site)
+    if prefix is None:
+        pytest.skip(undo)
+    try:
+        cmd = [sys.executable, "-m", "sglang_blackwell.cli", "nccl", "install", "--python", str(venv),
+               "--profile", "pcie-ll"]
+        r = subprocess.run([*prefix, *cmd], capture_output=True, text=True, env=clean_env())
+    finally:
+        if callable(undo):
+            undo()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert str(site) in r.stderr and "nothing was changed" in r.stderr
+    assert "read-only" in r.stderr or "ermission" in r.stderr
+    assert listing(site) == before
+
+
+def test_missing_site_packages_clear_error(venv):
+    site = site_packages(venv)
+    shutil.rmtree(site)
+    r = cli("nccl", "install", "--python", str(venv), check=False)
+    assert r.returncode == 2 and str(site) in r.stderr and "does not exist" in r.stderr
+    assert not site.exists()
+
+
+def test_bad_interpreter_clear_error(tmp_path):
+    r = cli("nccl", "show", "--python", str(tmp_path / "nope" / "python"), check=False)
+    assert r.returncode == 2 and "no such interpreter" in r.stderr
+
+
+def test_damaged_block_refused(venv):
+    sc = site_packages(venv) / "sitecustomize.py"
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll")
+    damaged = sc.read_bytes().replace(END, b"# edited away")
+    sc.write_bytes(damaged)
+    r = cli("nccl", "install", "--python", str(venv), check=False)
+    assert r.returncode == 2 and "damaged" in r.stderr and str(sc) in r.stderr
+    assert sc.read_bytes() == damaged
+
+
+HEAVY = ("torch", "pynvml", "ctypes", "_ctypes", "numpy", "sglang_blackwell", "cuda", "tomllib", "json")
+MODULES = "import sys; print(sorted(sys.modules))"  # imports nothing itself
+
+
+@pytest.mark.parametrize("env_fixture", ["venv", "debian_venv"])
+def test_block_imports_nothing_at_interpreter_start(env_fixture, request):
+    """No timing assertion (benchmarks own speed claims): the block imports nothing heavy, nothing at all."""
+    py = request.getfixturevalue(env_fixture)
+
+    def modules() -> tuple[set[str], str]:
+        out = subprocess.run([str(py), "-X", "importtime", "-c", MODULES], capture_output=True, text=True,
+                             env=clean_env(), check=True)
+        return set(ast.literal_eval(out.stdout.strip())), out.stderr
+
+    before, _ = modules()
+    cli("nccl", "install", "--python", str(py), "--profile", "pcie-ll")
+    after, importtime = modules()
+    assert fresh_env(py) == PCIE_LL, "the block ran"
+    added = after - before
+    assert added <= {"sitecustomize", HOOK_MODULE}, added
+    assert not any(m.split(".")[0] in HEAVY for m in after), sorted(after)
+    assert "torch" not in importtime and "pynvml" not in importtime
+
+
+def test_pythonpath_sitecustomize_shadow_is_detected_too(venv, tmp_path):
+    """Any sitecustomize earlier on sys.path shadows the environment's: here one on PYTHONPATH."""
+    shadow = tmp_path / "shadowdir"
+    shadow.mkdir()
+    (shadow / "sitecustomize.py").write_text("")
+    env = clean_env(PYTHONPATH=str(shadow))
+    r = cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", env=env)
+    assert "via pth" in r.stdout and str(shadow) in r.stdout
+    assert fresh_env(venv, env) == PCIE_LL
