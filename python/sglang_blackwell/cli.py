@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import UserError
+from .paths import write_atomic
 
 
 def _progress(msg: str) -> None:
@@ -301,9 +302,7 @@ def cmd_changelog(a: argparse.Namespace) -> int:
         text = changelog_refs(root, old, a.to or WORKTREE)
     if a.out:
         out = Path(a.out)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
+        write_atomic(out, text)
         print(f"wrote {out}", file=sys.stderr)
     else:
         print(text, end="")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -37,14 +38,28 @@ def cache_dir() -> Path:
     return (base / "sglang-blackwell").resolve()
 
 
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
 def write_atomic(path: Path, data: str | bytes) -> Path:
-    """Write `data` to `path` through a temporary sibling and a rename: a reader sees the old file or the whole new
-    one, never half of it (an interrupted write leaves at most `.<name>.tmp`, which the next write replaces)."""
+    """Write `data` to `path` through a private temporary sibling and a rename: a reader sees the old file or the
+    whole new one, never half of it, and a failure leaves no temporary file behind. The file keeps its mode
+    (a new one gets the umask's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data)
-    os.replace(tmp, path)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .paths import write_atomic
+
 SCHEMA = "sglang-blackwell/receipt/1"
 ENVELOPE_KEYS = ("schema", "kind", "created", "command", "git_commit", "base", "versions", "machine", "tp",
                  "summary")
@@ -118,8 +120,4 @@ def write_receipt(r: dict[str, Any], path: Path) -> Path:
     probs = validate_receipt(r)
     if probs:
         raise ValueError(f"refusing to write an invalid receipt to {path}: {probs}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(json.dumps(r, indent=1, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, json.dumps(r, indent=1, sort_keys=False, default=str) + "\n")

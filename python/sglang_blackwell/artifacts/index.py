@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import html
-import os
 import shutil
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ..errors import UserError
+from ..paths import write_atomic
 
 
 def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = None,
@@ -73,6 +73,4 @@ def _all_projects(simple: Path) -> list[str]:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..patchset.bases import Base, list_bases
+from ..paths import write_atomic
 from .topology import Topology
 
 SCHEMA = "sglang-blackwell/allreduce-table/1"
@@ -271,9 +272,7 @@ def save_table(table: Mapping[str, Any], path: Path) -> Path:
         raise ValueError(f"refusing to write an invalid all-reduce table to {path}: {probs}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(json.dumps(table, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(table, indent=1) + "\n")
     return path
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import write_atomic
 from ..tomlio import tomllib
 from .bases import Base, series_for
 
@@ -118,7 +118,5 @@ def write_lock(base: Base) -> str:
     for label in sorted(labels, key=label_number):
         body += f'\n[labels."{label}"]\n' + "".join(f'{k} = "{v}"\n' for k, v in sorted(labels[label].items()))
     path = lock_path(base)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(body)
-    os.replace(tmp, path)
+    write_atomic(path, body)
     return f"{path}: recorded {base.local_label}"

@@ -6,12 +6,12 @@ between <!-- patch-table:begin --> and <!-- patch-table:end -->.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import write_atomic
 from .bases import Base, series_for
 from .series import Patch
 
@@ -77,9 +77,7 @@ def update_block(path: Path, table: str) -> bool:
     new = f"{head}{BEGIN}\n{table}\n{END}{tail}"
     if new == text:
         return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
+    write_atomic(path, new)
     return True
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ...paths import write_atomic
 from . import backends as ar_backends
 from . import correctness as ar_correctness
 from . import p2p_probe
@@ -90,9 +91,7 @@ class Worker:
         if self.rank != 0:
             return
         path = Path(self.cfg.result_path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.results, indent=1, default=str))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(self.results, indent=1, default=str))
 
     # ---------------------------------------------------------------------------------------- setup
     def describe(self) -> None:
