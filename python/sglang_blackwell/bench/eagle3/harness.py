@@ -53,15 +53,28 @@ SERVER_FACTS = (  # what /server_info says about the server that was measured
     "flashinfer_allreduce_fusion_backend", "enable_flashinfer_allreduce_fusion", "cuda_graph_max_bs",
     "cuda_graph_max_bs_decode", "disable_radix_cache", "decode_log_interval", "skip_tokenizer_init")
 MEASUREMENT = {
+    "api": "workload.api: completions (streamed POST /v1/completions), chat (streamed POST "
+           "/v1/chat/completions, one user message per prompt) or generate (SGLang's POST /generate); every "
+           "request greedy (temperature 0), ignore_eos, max_tokens = output_len, and a run whose server produced "
+           "fewer tokens (usage.completion_tokens, stream_options.include_usage; meta_info for /generate) fails",
     "tok_s": "client: output tokens of all requests at one concurrency / wall time from the first request "
              "sent to the last answer (closed loop: c clients, each `rounds` requests back to back)",
-    "ttft_ms": "streamed requests: time to the first output chunk; else an idle streamed probe (3 requests, "
-               "8 tokens) after warm-up",
-    "tpot_ms": "median over requests of (e2e - ttft) / (output tokens - 1)",
+    "ttft_ms": "p50 over requests of the time to the first output-carrying chunk (streamed requests); "
+               "non-streamed /generate: an idle streamed probe (3 requests, 8 tokens) after warm-up; "
+               "ttft_ms_p99 alongside",
+    "tpot_ms": "p50 over requests of (e2e - ttft) / (completion_tokens - 1); tpot_ms_p99 alongside",
+    "itl_ms": "p50 of the gaps between consecutive output-carrying chunks, pooled over the requests of a "
+              "level; itl_ms_p99 alongside. Per chunk, not per token: a speculative server streams the tokens "
+              "of one verify step in one chunk (tokens_per_chunk = output tokens / chunks)",
+    "e2e_ms": "p50 over requests of send to end of stream; e2e_ms_p99 alongside",
+    "percentiles": "linear interpolation between closest ranks (numpy's default); across repeats the "
+                   "aggregate keeps median/min/max/values of each per-run value",
     "accept_len": "sum(completion_tokens) / sum(spec_verify_ct) over the measured requests' meta_info "
-                  "(accepted drafts + bonus token per verify); accept_len_server: /server_info "
-                  "avg_spec_accept_length after a reset (POST /set_internal_state), rolled up every "
-                  "decode_log_interval steps, so approximate",
+                  "(/generate; accepted drafts + bonus token per verify); over the OpenAI API (no per-request "
+                  "counts) SGLang's /server_info avg_spec_accept_length after the reset (accept_len_source "
+                  "server_info), or vLLM's /metrics 1 + accepted / drafts over the window (source metrics); "
+                  "accept_len_server: /server_info avg_spec_accept_length after a reset (POST "
+                  "/set_internal_state), rolled up every decode_log_interval steps, so approximate",
     "step_ms": "SGLANG_RECORD_STEP_TIME=1 step_time_dict: seconds per decode iteration (one draft+verify "
                "round on speculative servers), one entry per decode log interval; 20th percentile of the "
                "entries added during the window at batch size = concurrency (an interval that spans the "
@@ -595,10 +608,11 @@ def write_outputs(receipt: dict[str, Any], stem: Path, *, plots_wanted: bool, pr
 
 
 def report_text(receipt: dict[str, Any]) -> str:
-    lines = [f"bench eagle3 {receipt['summary']['config']} on {receipt['summary']['machine']}, "
-             f"TP={receipt['summary']['tp']} ({receipt['mode']})"]
+    s = receipt["summary"]
+    lines = [f"bench eagle3 {s['config']} on {s['machine']}, TP={s['tp']} ({receipt['mode']}, "
+             f"api {receipt['workload'].get('api', 'generate')})"]
     lines.append(f"{'arm':<16} {'c':>3} {'tok/s median [min-max]':>28} {'accept':>7} {'step ms':>8} "
-                 f"{'TTFT ms':>8} {'TPOT ms':>8} {'runs':>4}")
+                 f"{'TTFT ms':>8} {'TPOT ms':>8} {'ITL p99':>8} {'runs':>4}")
     for arm, a in receipt["aggregate"].items():
         for c, lv in a["levels"].items():
             t = lv["tok_s"]
@@ -608,7 +622,8 @@ def report_text(receipt: dict[str, Any]) -> str:
                 return f"{lv[k]['median']:.2f}" if lv.get(k) else "-"
 
             lines.append(f"{arm:<16} {c:>3} {tok:>28} {med('accept_len'):>7} {med('step_ms'):>8} "
-                         f"{med('ttft_ms'):>8} {med('tpot_ms'):>8} {t['n'] if t else 0:>4}")
+                         f"{med('ttft_ms'):>8} {med('tpot_ms'):>8} {med('itl_ms_p99'):>8} "
+                         f"{t['n'] if t else 0:>4}")
     v = receipt["verdict"]
     for k in v["checks"]:
         if "worst_over_best" in k:
@@ -635,6 +650,8 @@ def report_text(receipt: dict[str, Any]) -> str:
                      f"all-reduce+norm kernels in verify ms {_fmt(f.get('verify_allreduce_norm_ms_on'))} vs "
                      f"{_fmt(f.get('verify_allreduce_norm_ms_off'))}, "
                      f"gain {_fmt(f['gain'])} ({f['gain_basis']})")
+    for n in v.get("notes", []):
+        lines.append(f"note: {n}")
     for r in v["reasons"]:
         lines.append(f"reason: {r}")
     lines.append("VERDICT: " + ("PASS" if v["passed"] else "FAIL") + f"  ({v['rule']})")

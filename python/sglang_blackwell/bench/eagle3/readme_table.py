@@ -17,8 +17,22 @@ from ...receipts import validate_receipt
 
 KIND = "bench-eagle3"
 BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
-COLUMNS = ("config", "machine", "TP", "sglang", "EAGLE-3 / baseline, c=1", "accept length",
-           "break-even accept length", "verify ms, fusion on / off", "verdict", "date", "receipt")
+COLUMNS = ("config", "machine", "TP", "server", "API", "EAGLE-3 / baseline, c=1", "tok/s c=1 (baseline)",
+           "TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "accept length", "break-even accept length",
+           "verify ms, fusion on / off", "verdict", "date", "receipt")
+
+
+def server_label(r: dict[str, Any]) -> str:
+    """summary.engine ("sglang 0.5.9", "vllm 0.18.0", ...); receipts from before it measured SGLang only."""
+    engine = r["summary"].get("engine")
+    if engine:
+        return str(engine)
+    sg = r["versions"].get("sglang")
+    return f"sglang {sg}" if isinstance(sg, str) else "sglang"
+
+
+def _engine(r: dict[str, Any]) -> str:
+    return server_label(r).split()[0]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,7 +83,7 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
     if latest_only:
         seen, kept = set(), []
         for p, r in rows:
-            key = (r["summary"].get("config"), r["summary"].get("machine"))
+            key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r))  # vLLM next to ours
             if key not in seen:
                 seen.add(key)
                 kept.append((p, r))
@@ -78,11 +92,12 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
     for p, r in rows:
         s = r["summary"]
         link = os.path.relpath(p, link_base) if link_base else p.name
-        sg = r["versions"].get("sglang")
+        tok = "-" if s.get("tok_s_c1") is None else f"{_f(s.get('tok_s_c1'), 1)} ({_f(s.get('baseline_tok_s_c1'), 1)})"
         cells = [
-            str(s.get("config")), str(s.get("machine")), str(s.get("tp")),
-            sg if isinstance(sg, str) else "-",
-            _f(s.get("speedup_c1"), 2, "x"), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
+            str(s.get("config")), str(s.get("machine")), str(s.get("tp")), server_label(r),
+            str(s.get("api") or "generate"),  # receipts before the OpenAI client all used /generate
+            _f(s.get("speedup_c1"), 2, "x"), tok, _f(s.get("ttft_ms_p50"), 1), _f(s.get("tpot_ms_p50")),
+            _f(s.get("itl_ms_p99")), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
             f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
             "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
         ]

@@ -82,17 +82,13 @@ def health_status(url: str, timeout: float = 5.0) -> int | str:
 
 
 def openai_health(url: str, timeout: float = 5.0) -> tuple[bool, str]:
-    """Is an OpenAI-compatible server up? GET /health must answer 200; a server without /health (404, 405)
-    counts as up when GET /v1/models answers 200. Returns (up, what was seen)."""
+    """Is a server up? GET /health must answer 200; a server without /health (404, 405) counts as up when
+    GET /v1/models answers 200 (any OpenAI-compatible server). Returns (up, what was seen)."""
     st = health_status(url, timeout)
-    if st == 200:
-        return True, "/health 200"
-    if st not in (404, 405):
-        return False, f"/health answered {st}"
+    if st == 200 or st not in (404, 405):
+        return st == 200, f"/health: {st}"
     models = status(url + "/v1/models", timeout=timeout)
-    if models == 200:
-        return True, f"/v1/models 200 (no /health: {st})"
-    return False, f"/health answered {st}, /v1/models answered {models}"
+    return models == 200, f"/health: {st}, /v1/models: {models}"
 
 
 def log_tail(path: Path | None, n: int = 30) -> str:
@@ -138,19 +134,18 @@ def _wait_gpu_released(pids: set[int], timeout_s: float) -> dict[str, Any]:
 def wait_healthy(server: Server, proc: subprocess.Popen | None, timeout_s: float,
                  progress: Progress | None = None) -> float:
     t0 = time.monotonic()
-    last: int | str = "not polled"
     next_note = 30.0
     while True:
         elapsed = time.monotonic() - t0
         if proc is not None and proc.poll() is not None:
             raise ServerError(f"server exited with code {proc.returncode} after {elapsed:.0f} s before it "
                               f"was healthy; log {server.log_path}:\n{log_tail(server.log_path)}")
-        last = health_status(server.url)
-        if last == 200:
+        up, last = openai_health(server.url)
+        if up:
             return elapsed
         if elapsed > timeout_s:
             raise ServerError(f"server at {server.url} not healthy after {timeout_s:.0f} s "
-                              f"(last /health: {last}); log {server.log_path}:\n{log_tail(server.log_path)}")
+                              f"(last {last}); log {server.log_path}:\n{log_tail(server.log_path)}")
         if progress and elapsed > next_note:
             progress(f"  waiting for {server.url}/health: {elapsed:.0f} s (last: {last})")
             next_note += 30.0
