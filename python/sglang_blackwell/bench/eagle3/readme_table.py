@@ -31,6 +31,24 @@ def server_label(r: dict[str, Any]) -> str:
     return f"sglang {sg}" if isinstance(sg, str) else "sglang"
 
 
+# summary keys added with the OpenAI client -> (verdict role, aggregate metric), read from the aggregate of a
+# receipt written before them (the same medians the summary now carries)
+_FROM_AGGREGATE = {"tok_s_c1": ("speculative", "tok_s"), "baseline_tok_s_c1": ("baseline", "tok_s"),
+                   "ttft_ms_p50": ("speculative", "ttft_ms"), "tpot_ms_p50": ("speculative", "tpot_ms"),
+                   "itl_ms_p99": ("speculative", "itl_ms_p99")}
+
+
+def summary_value(r: dict[str, Any], key: str) -> Any:
+    s = r["summary"]
+    if key in s or key not in _FROM_AGGREGATE:
+        return s.get(key)
+    role, metric = _FROM_AGGREGATE[key]
+    verdict = ((r.get("config") or {}).get("content") or {}).get("verdict") or {}
+    arm = verdict.get("baseline") if role == "baseline" else (verdict.get("speculative") or [None])[0]
+    spread = (((r.get("aggregate") or {}).get(arm) or {}).get("levels") or {}).get("1", {}).get(metric)
+    return spread["median"] if spread else None
+
+
 def _engine(r: dict[str, Any]) -> str:
     return server_label(r).split()[0]
 
@@ -92,12 +110,13 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
     for p, r in rows:
         s = r["summary"]
         link = os.path.relpath(p, link_base) if link_base else p.name
-        tok = "-" if s.get("tok_s_c1") is None else f"{_f(s.get('tok_s_c1'), 1)} ({_f(s.get('baseline_tok_s_c1'), 1)})"
+        v = {k: summary_value(r, k) for k in _FROM_AGGREGATE}
+        tok = "-" if v["tok_s_c1"] is None else f"{_f(v['tok_s_c1'], 1)} ({_f(v['baseline_tok_s_c1'], 1)})"
         cells = [
             str(s.get("config")), str(s.get("machine")), str(s.get("tp")), server_label(r),
             str(s.get("api") or "generate"),  # receipts before the OpenAI client all used /generate
-            _f(s.get("speedup_c1"), 2, "x"), tok, _f(s.get("ttft_ms_p50"), 1), _f(s.get("tpot_ms_p50")),
-            _f(s.get("itl_ms_p99")), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
+            _f(s.get("speedup_c1"), 2, "x"), tok, _f(v["ttft_ms_p50"], 1), _f(v["tpot_ms_p50"]),
+            _f(v["itl_ms_p99"]), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
             f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
             "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
         ]

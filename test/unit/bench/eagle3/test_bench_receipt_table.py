@@ -110,3 +110,18 @@ def test_readme_table_from_receipts(cfg, tmp_path: Path, capsys: pytest.CaptureF
     (results / "broken.json").write_text(json.dumps({"kind": "bench-eagle3", "summary": {}}))
     with pytest.raises(UserError, match=r"broken.json: invalid receipt: missing key 'schema'"):
         load_receipts(results)
+
+
+def test_receipts_from_before_the_openai_client_fill_the_new_columns_from_their_aggregate() -> None:
+    results = Path(__file__).resolve().parents[4] / "benchmark" / "results"
+    recs = [(p, r) for p, r in load_receipts(results) if "tok_s_c1" not in r["summary"]]
+    assert recs, "the lab receipts of 2026-11-30 predate the new summary keys"
+    for p, r in recs:
+        agg = r["aggregate"]
+        v = r["config"]["content"]["verdict"]
+        spec, base = agg[v["speculative"][0]]["levels"]["1"], agg[v["baseline"]]["levels"]["1"]
+        row = next(ln for ln in markdown_table([(p, r)]).splitlines() if p.name in ln)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[3:6] == [f"sglang {r['versions']['sglang']}", "generate", f"{r['summary']['speedup_c1']:.2f}x"]
+        assert cells[6:10] == [f"{spec['tok_s']['median']:.1f} ({base['tok_s']['median']:.1f})",
+                               f"{spec['ttft_ms']['median']:.1f}", f"{spec['tpot_ms']['median']:.2f}", "-"]
