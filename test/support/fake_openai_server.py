@@ -17,7 +17,8 @@ FAKE_REASONING=k: the first k tokens arrive as delta.reasoning_content (a reason
 Length: max_tokens tokens with ignore_eos; without it the "model" meets EOS after FAKE_EOS_AT (5) tokens;
 FAKE_SHORT=k makes k tokens fewer even with ignore_eos (a server that stops early). usage (prompt, completion,
 total tokens) comes in a final chunk with choices [] only when stream_options.include_usage is true, like vLLM
-(FAKE_NO_USAGE=1: never, a server that ignores stream_options).
+(FAKE_NO_USAGE=1: never, a server that ignores stream_options). FAKE_CUT_AFTER=k: the connection drops after k
+chunks, mid-stream (a server that died).
 A model name other than the served one: 404 with an error object, like vLLM.
 FAKE_REQUEST_LOG: every request body is appended there as a JSON line.
 
@@ -54,6 +55,7 @@ class OpenAIRoutes(BaseHTTPRequestHandler):
     short = 0
     reasoning = 0
     no_usage = False
+    cut_after = 0
     request_log: str | None = None
     log_lock = threading.Lock()
 
@@ -118,7 +120,11 @@ class OpenAIRoutes(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         made, first = 0, True
-        for toks in self.produce(n, seed):
+        for i, toks in enumerate(self.produce(n, seed)):
+            if self.cut_after and i == self.cut_after:  # no terminating chunk: the stream is cut off
+                self.wfile.flush()
+                self.close_connection = True
+                return
             if chat and first:  # vLLM and SGLang: a role-only first chunk, then the content
                 self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                   "logprobs": None, "finish_reason": None}]})
@@ -228,6 +234,7 @@ def main() -> None:
     FakeOpenAI.reasoning = int(env("FAKE_REASONING", "0"))
     FakeOpenAI.no_health = env("FAKE_NO_HEALTH") == "1"
     FakeOpenAI.no_usage = env("FAKE_NO_USAGE") == "1"
+    FakeOpenAI.cut_after = int(env("FAKE_CUT_AFTER", "0"))
     FakeOpenAI.vllm_metrics = env("FAKE_METRICS") == "vllm"
     FakeOpenAI.request_log = env("FAKE_REQUEST_LOG")
     print(f"fake openai server pid {os.getpid()} model={a.model} chunks={FakeOpenAI.chunks}", flush=True)

@@ -35,7 +35,7 @@ import time
 import urllib.error
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.client import HTTPResponse
+from http.client import HTTPException, HTTPResponse
 from typing import Any
 
 from .config import Prompt
@@ -137,7 +137,7 @@ def send(ep: Endpoint, prompt: Prompt, output_len: int, *, timeout: float = REQU
     except urllib.error.HTTPError as e:
         detail = e.read()[:300].decode(errors="replace")
         raise RequestError(f"{where}: HTTP {e.code}: {detail}") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, HTTPException) as e:  # HTTPException: e.g. IncompleteRead, a stream cut off
         raise RequestError(f"{where}: {type(e).__name__}: {e}") from None
 
 
@@ -255,8 +255,8 @@ def run_level(ep: Endpoint, prompts: Sequence[Prompt], *, concurrency: int, roun
             try:
                 prompt = prompts[(prompt_offset + k) % len(prompts)]
                 results[k] = send(ep, prompt, output_len)
-            except RequestError as e:
-                errors.append(str(e))
+            except Exception as e:  # a thread must not die silently: every request counts or fails the level
+                errors.append(str(e) if isinstance(e, RequestError) else f"{type(e).__name__}: {e}")
                 return
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(concurrency)]
@@ -271,6 +271,9 @@ def run_level(ep: Endpoint, prompts: Sequence[Prompt], *, concurrency: int, roun
         raise RequestError(f"{len(errors)} request(s) failed at concurrency {concurrency}; "
                            f"first: {errors[0]}")
     done = [r for r in results if r is not None]
+    if len(done) != len(results):
+        raise RequestError(f"{len(results) - len(done)} of {len(results)} request(s) at concurrency "
+                           f"{concurrency} returned nothing")
     short = [r.output_tokens for r in done if r.output_tokens != output_len]
     if short:
         source = "meta_info.completion_tokens" if ep.api == "generate" else "usage.completion_tokens"

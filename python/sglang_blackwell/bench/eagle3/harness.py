@@ -1,10 +1,13 @@
 """`sglang-blackwell bench eagle3`: does EAGLE-3 beat the non-speculative baseline, and by how much?
 
 For every repeat, every arm in turn (A B C A B C ...: launch-to-launch variance is larger than the effects we
-measure, so arms interleave): start the server in its own session (or use an attached one), check it is the
-server the arm describes (/server_info), warm up, measure a streamed TTFT probe, then per concurrency: flush
-the radix cache, reset the spec counters, snapshot the step times, run the closed-loop workload, snapshot.
-Optionally a torch-profiler window for draft/verify/decode GPU times. Then take the server down completely.
+measure, so arms interleave): start the server in its own session (or use an attached one: any
+OpenAI-compatible server), check it is the server the arm describes (/server_info; a vLLM server's /metrics),
+warm up, then per concurrency: flush the radix cache, reset the spec counters, snapshot the step times, run the
+closed-loop workload over [workload] api (streamed /v1/completions or /v1/chat/completions, or /generate, with a
+streamed TTFT probe first when /generate is not streamed), snapshot. SGLang-only steps are skipped, in one line,
+on a server without /server_info. Optionally a torch-profiler window for draft/verify/decode GPU times. Then
+take the server down completely.
 Every arm run is appended to <stem>_runs.jsonl as soon as it ends; the receipt, the verdict and the plots come
 from those runs (also later, from several such files: --from-runs).
 """
@@ -412,9 +415,9 @@ def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any],
                  "window" + ("; accept length from vLLM's /metrics spec-decode counters"
                              if peer is not None and arm.speculative else ""))
     rec["server"].update(api=w.api, model_id=ep.model)
-    warm = dataclasses.replace(ep, stream=False) if ep.api == "generate" else ep
+    warm_ep = dataclasses.replace(ep, stream=False) if ep.api == "generate" else ep  # /generate: unstreamed
     for c in w.concurrency:  # warm-up: every batch size the window uses (JIT kernels compile on first use)
-        client.run_level(warm, w.prompts, concurrency=c, rounds=1, output_len=w.warmup_output_len,
+        client.run_level(warm_ep, w.prompts, concurrency=c, rounds=1, output_len=w.warmup_output_len,
                          prompt_offset=len(w.prompts) - c)
     ttft_probe = None if w.stream else client.ttft_probe(ep, w.prompts[0], n=3)
     offset = 0
@@ -448,7 +451,7 @@ def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any],
                  + (f", accept {m['accept_len']:.2f}" if m["accept_len"] is not None else "")
                  + (f", step {m['step_ms']:.2f} ms ({len(steps)} samples)" if steps else ", no step times"))
     if cfg.profile.steps and arm.name in cfg.profile.arms and info is not None:
-        rec["profile"] = profile_window(cfg, server, info, progress, ep=warm)
+        rec["profile"] = profile_window(cfg, server, info, progress, ep=warm_ep)
 
 
 def _fmt(v: float | None) -> str:

@@ -77,10 +77,15 @@ def status(url: str, timeout: float = 5.0) -> int | str:
         return f"{type(e).__name__}: {getattr(e, 'reason', e)}"[:200]
 
 
+class StreamCut(OSError):
+    """The server closed a server-sent-events stream before `data: [DONE]`."""
+
+
 def sse_events(resp: HTTPResponse) -> Iterator[tuple[float, bytes]]:
     """(time.perf_counter() when the line arrived, payload) for each `data:` line of a server-sent-events
-    stream, until `data: [DONE]` (not yielded). Comment lines (`: ...`), `event:`/`id:` lines and the blank
-    lines between events are skipped; servers send one `data:` line per event."""
+    stream, until `data: [DONE]` (not yielded; SGLang and vLLM end every stream with it, so a stream that ends
+    without it was cut off: StreamCut). Comment lines (`: ...`), `event:`/`id:` lines and the blank lines
+    between events are skipped; servers send one `data:` line per event."""
     for raw in resp:
         t = time.perf_counter()
         line = raw.strip()
@@ -90,3 +95,4 @@ def sse_events(resp: HTTPResponse) -> Iterator[tuple[float, bytes]]:
         if data == b"[DONE]":
             return
         yield t, data
+    raise StreamCut("the stream ended before data: [DONE]")

@@ -53,7 +53,7 @@ def http_servers() -> Iterator[dict[str, tuple[str, list[str]]]]:
     for who in ("proxy", "target"):
         handler = type(f"R_{who}", (_Recorder,), {"seen": [], "who": who})
         srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         running.append(srv)
         out[who] = (f"http://127.0.0.1:{srv.server_address[1]}", handler.seen)
     yield out
@@ -97,7 +97,7 @@ CHUNKS_16 = 9
 def servers(tmp_path_factory) -> Iterator[tuple[Path, dict[str, str]]]:
     tmp = tmp_path_factory.mktemp("openai")
     specs = {"spec": SPEC_ENV, "reason": {**SPEC_ENV, "FAKE_REASONING": "4"}, "short": {"FAKE_SHORT": "3"},
-             "nousage": {"FAKE_NO_USAGE": "1"}, "nohealth": {"FAKE_NO_HEALTH": "1"}}
+             "nousage": {"FAKE_NO_USAGE": "1"}, "nohealth": {"FAKE_NO_HEALTH": "1"}, "cut": {"FAKE_CUT_AFTER": "3"}}
     with openai_servers(tmp, specs, model="org/served-name") as urls:
         yield tmp, urls
 
@@ -156,6 +156,11 @@ def test_errors_are_named(servers) -> None:
         client.generate(urls["spec"], Prompt(text="x"), 4, stream=False)
     with pytest.raises(RequestError, match="Connection refused"):
         client.model_id(f"http://127.0.0.1:{dead_port()}")
+    # a stream cut off mid-way fails its level, and no client thread dies silently
+    cut = Endpoint(url=urls["cut"], api="completions", model="org/served-name")
+    with pytest.raises(RequestError, match=r"2 request\(s\) failed at concurrency 2; first: POST .*/v1/completions: "
+                                           r"(StreamCut: the stream ended before data: \[DONE\]|IncompleteRead)"):
+        client.run_level(cut, [Prompt(text="x")], concurrency=2, rounds=1, output_len=8)
 
 
 # ---- the metrics of a level, on timings computed by hand ---------------------------------------------------
