@@ -145,8 +145,7 @@ class OpenAIRoutes(BaseHTTPRequestHandler):
         if (body.get("stream_options") or {}).get("include_usage") and not self.no_usage:
             self._event({**base, "choices": [], "usage": usage})
         self._chunk(b"data: [DONE]\n\n")
-        self._chunk(b"")
-        self.close_connection = True
+        self._chunk(b"")  # the connection stays open for the next request (keep-alive), as uvicorn's does
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

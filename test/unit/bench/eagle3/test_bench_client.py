@@ -190,3 +190,24 @@ def test_level_metrics_by_hand() -> None:
     assert g["ttft_source"] == "idle streamed probe" and g["ttft_ms"] == ms(20.0) and g["ttft_ms_p99"] is None
     assert g["tpot_ms"] == ms(((100 - 20) / 10 + (300 - 20) / 10) / 2) and g["itl_ms"] is None
     assert g["accept_len"] == ms(22 / 10) and g["accept_len_source"] == "meta_info" and g["verify_ct"] == 10
+
+
+def test_the_real_openai_client_reads_the_fake_servers_streams_as_ours_does(servers) -> None:
+    """The fake speaks the protocol the official `openai` package parses, chunk for chunk as our client counts."""
+    openai = pytest.importorskip("openai")
+    _, urls = servers
+    oc = openai.OpenAI(base_url=urls["reason"] + "/v1", api_key="none", max_retries=0)
+    extra = {"ignore_eos": True}
+    chat = list(oc.chat.completions.create(model="org/served-name", messages=[{"role": "user", "content": "a b"}],
+                                           max_tokens=16, temperature=0, stream=True,
+                                           stream_options={"include_usage": True}, extra_body=extra))
+    assert chat[0].choices[0].delta.role == "assistant" and not chat[0].choices[0].delta.content
+    carrying = [c for c in chat if c.choices and (c.choices[0].delta.content
+                                                  or getattr(c.choices[0].delta, "reasoning_content", None))]
+    assert len(carrying) == CHUNKS_16 and chat[-1].choices == [] and chat[-1].usage.completion_tokens == 16
+    comp = list(oc.completions.create(model="org/served-name", prompt="a b", max_tokens=16, temperature=0,
+                                      stream=True, stream_options={"include_usage": True}, extra_body=extra))
+    assert sum(1 for c in comp if c.choices and c.choices[0].text) == CHUNKS_16
+    assert comp[-1].usage.completion_tokens == 16
+    ours = client.send(Endpoint(url=urls["reason"], api="chat", model="org/served-name"), Prompt(text="a b"), 16)
+    assert len(ours.chunk_s or []) == len(carrying) and ours.output_tokens == chat[-1].usage.completion_tokens
