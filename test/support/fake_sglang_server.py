@@ -12,6 +12,9 @@ should conclude.
   POST /start_profile     with FAKE_TRACE (a real profiler trace file): copies it into output_dir as rank 0's
                           trace, named like SGLang's (<prefix>-<time>-TP-0.trace.json[.gz]); else 400
   POST /stop_profile      200
+  GET  /v1/models, POST /v1/completions, /v1/chat/completions   SGLang's OpenAI endpoints (served model name =
+                          --model-path), streamed like fake_openai_server.py's (whose OpenAIRoutes they are), at
+                          the same speeds and counted in the same spec totals and step times as /generate
 Speeds: one prefill (FAKE_PREFILL_MS) yields the first token; then a non-speculative server makes one token
 per FAKE_STEP_MS, a speculative one (--speculative-algorithm given) FAKE_ACCEPT_LEN tokens per FAKE_ROUND_MS
 round.
@@ -28,7 +31,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.fake_openai_server import OpenAIRoutes  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model-path", required=True)
@@ -87,27 +94,44 @@ def decode_steps(n_tokens):
         r += 1
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+def produce_ids(n, seed):
+    """The token ids of each chunk of one request of n tokens: the prefill's first token, then a decode step's
+    (or a verify round's) tokens, sleeping as the server's speed says and counting spec totals and step times."""
+    with lock:
+        state["running"] += 1
+    try:
+        time.sleep(PREFILL_S)
+        yield [100 + seed % 2048]
+        made, tic = 1, time.perf_counter()
+        for k, (dt, toks) in enumerate(decode_steps(n), 1):
+            time.sleep(dt)
+            with lock:
+                if SPEC:
+                    state["accept"] += toks
+                    state["forward"] += 1
+                if RECORD and k % INTERVAL == 0:
+                    now = time.perf_counter()
+                    state["steps"].setdefault(state["running"], []).append((now - tic) / INTERVAL)
+                    tic = now
+            yield [100 + (seed + made + j) % 2048 for j in range(toks)]
+            made += toks
+    finally:
+        with lock:
+            state["running"] -= 1
 
-    def log_message(self, fmt, *a):
-        pass
 
-    def _send(self, code, obj, ctype="application/json"):
-        body = (json.dumps(obj) if ctype == "application/json" else obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(OpenAIRoutes):
+    model = args.model_path
 
-    def _body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(n)) if n else {}
+    def produce(self, n, seed):
+        for ids in produce_ids(n, seed):
+            yield [f" t{i}" for i in ids]
 
     def do_GET(self):
         if self.path == "/health":
             return self._send(200 if time.monotonic() - T0 > STARTUP_S else 503, {})
+        if self.openai_get():
+            return None
         if self.path in ("/server_info", "/get_server_info"):
             with lock:
                 st = {}
@@ -134,6 +158,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, [True])
         if self.path == "/generate":
             return self.generate(body)
+        if self.path.startswith("/v1/") and args.skip_tokenizer_init:
+            return self._send(400, {"error": {"message": "the OpenAI API needs a tokenizer (--skip-tokenizer-init)"}})
+        if self.openai_post(body):
+            return None
         if self.path == "/start_profile":
             src = os.environ.get("FAKE_TRACE")
             if not src:
@@ -156,37 +184,17 @@ class Handler(BaseHTTPRequestHandler):
         stream = bool(body.get("stream"))
         seed = sum(ids) if ids else len(text)
         t0 = time.perf_counter()
-        with lock:
-            state["running"] += 1
         if stream:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
         out, verify_ct = [], 0
-        try:
-            time.sleep(PREFILL_S)
-            out.append(100 + seed % 2048)
+        for new in produce_ids(n, seed):
+            out += new
+            verify_ct += 1 if SPEC and len(out) > 1 else 0
             if stream:
-                self._event({"output_ids": list(out), "meta_info": {"completion_tokens": len(out)}})
-            tic = time.perf_counter()
-            for k, (dt, toks) in enumerate(decode_steps(n), 1):
-                time.sleep(dt)
-                out += [100 + (seed + len(out) + j) % 2048 for j in range(toks)]
-                verify_ct += 1 if SPEC else 0
-                with lock:
-                    if SPEC:
-                        state["accept"] += toks
-                        state["forward"] += 1
-                    if RECORD and k % INTERVAL == 0:
-                        now = time.perf_counter()
-                        state["steps"].setdefault(state["running"], []).append((now - tic) / INTERVAL)
-                        tic = now
-                if stream:
-                    self._event({"output_ids": list(out), "meta_info": {"completion_tokens": len(out)}})
-        finally:
-            with lock:
-                state["running"] -= 1
+                self._event_sse({"output_ids": list(out), "meta_info": {"completion_tokens": len(out)}})
         meta = {"prompt_tokens": len(ids) if ids else len(text.split()), "completion_tokens": len(out),
                 "e2e_latency": time.perf_counter() - t0, "finish_reason": {"type": "length", "length": n}}
         if SPEC:
@@ -194,12 +202,12 @@ class Handler(BaseHTTPRequestHandler):
         final = {"output_ids": out, "meta_info": meta}
         if not stream:
             return self._send(200, final)
-        self._event(final)
+        self._event_sse(final)
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
 
-    def _event(self, obj):
+    def _event_sse(self, obj):  # /generate streams unframed (Connection: close), the OpenAI routes chunked
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
         self.wfile.flush()
 

@@ -1,15 +1,21 @@
 """Helpers for the `bench eagle3` tests: configs that launch test/support/fake_sglang_server.py (a real HTTP
-server in a real process, started by the harness exactly like sglang.launch_server) with known speeds."""
+server in a real process, started by the harness exactly like sglang.launch_server) with known speeds, and
+OpenAI-only servers (test/support/fake_openai_server.py, like `vllm serve`) to attach to."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 FAKE_SERVER = Path(__file__).resolve().parents[1] / "support" / "fake_sglang_server.py"
+FAKE_OPENAI = Path(__file__).resolve().parents[1] / "support" / "fake_openai_server.py"
 
 
 def write_prompts(path: Path, n: int = 8, ids: bool = True) -> Path:
@@ -29,10 +35,13 @@ def toml_env(env: dict[str, str]) -> str:
 def write_config(tmp: Path, *, name: str = "fake", eagle_env: dict[str, str] | None = None,
                  fusion_env: dict[str, str] | None = None, baseline_env: dict[str, str] | None = None,
                  repeats: int = 2, concurrency: str = "[1, 2]", stream: bool = False, extra: str = "",
-                 verdict_extra: str = "") -> Path:
+                 verdict_extra: str = "", api: str | None = None, output_len: int = 32) -> Path:
     """A 3-arm config (or 2 arms with fusion_env=None) against the fake server. Default speeds: baseline 4 ms
-    per token; eagle3 3 tokens per 6 ms round (~1.8x); eagle3+fusion 3 tokens per 5 ms round."""
-    write_prompts(tmp / "prompts.jsonl")
+    per token; eagle3 3 tokens per 6 ms round (~1.8x); eagle3+fusion 3 tokens per 5 ms round. Without `api`
+    (or with api = "generate"): tokenizer "none", input_ids prompts, /generate; with api = "completions" or
+    "chat": the target's tokenizer, text prompts, the OpenAI API."""
+    openai = api in ("completions", "chat")
+    write_prompts(tmp / "prompts.jsonl", ids=not openai)
     eagle_env = eagle_env or {"FAKE_ROUND_MS": "6", "FAKE_ACCEPT_LEN": "3"}
     fusion = ""
     if fusion_env is not None:
@@ -47,7 +56,7 @@ name = "{name}"
 [model]
 target = "/fake/target"
 draft = "/fake/draft"
-tokenizer = "none"
+tokenizer = "{"target" if openai else "none"}"
 [server]
 tp = 2
 launcher = [{json.dumps(sys.executable)}, {json.dumps(str(FAKE_SERVER))}]
@@ -66,13 +75,14 @@ env = {toml_env(eagle_env)}
 {fusion}
 [workload]
 prompts = "prompts.jsonl"
-output_len = 32
+output_len = {output_len}
 concurrency = {concurrency}
 rounds = 2
 repeats = {repeats}
 warmup_output_len = 4
-stream = {"true" if stream else "false"}
-token_range = [100, 2148]
+{f'api = "{api}"' if api else ""}
+{"" if openai else f'stream = {"true" if stream else "false"}'}
+{"" if openai else "token_range = [100, 2148]"}
 {extra}
 [verdict]
 baseline = "baseline"
@@ -107,3 +117,51 @@ def wait_for_file(path: Path, timeout: float = 20.0) -> dict:
                 pass
         time.sleep(0.05)
     raise TimeoutError(f"{path} did not appear")
+
+
+def dead_port() -> int:
+    """A loopback port nothing listens on (bound and closed: refused until someone else takes it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PROXY_VARS = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+def dead_proxy_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: ours) with every proxy variable pointing at a dead loopback port and no no_proxy."""
+    out = {k: v for k, v in (env if env is not None else os.environ).items()
+           if k.lower() not in ("no_proxy",)}
+    proxy = f"http://127.0.0.1:{dead_port()}"
+    out.update({k: proxy for k in PROXY_VARS})
+    return out
+
+
+@contextlib.contextmanager
+def openai_servers(tmp: Path, specs: dict[str, dict[str, str]], *,
+                   model: str = "fake-model") -> Iterator[dict[str, str]]:
+    """Start one fake_openai_server.py per name (env overrides each), each in its own session, taken down on
+    the way out; yields name -> URL. Each logs its request bodies to <tmp>/<name>.requests.jsonl."""
+    from sglang_blackwell.bench.eagle3.server import Server, free_port, launched_server
+
+    urls: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for name, env in specs.items():
+            port = free_port()
+            server = Server(url=f"http://127.0.0.1:{port}", log_path=tmp / f"{name}.log")
+            cmd = [sys.executable, str(FAKE_OPENAI), "--port", str(port), "--model", model]
+            full = {**os.environ, "FAKE_REQUEST_LOG": str(tmp / f"{_safe(name)}.requests.jsonl"), **env}
+            stack.enter_context(launched_server(server, cmd, full, startup_timeout_s=20, grace_s=1,
+                                                gpu_release_s=0))
+            urls[name] = server.url
+        yield urls
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def requests_of(tmp: Path, name: str) -> list[dict]:
+    path = tmp / f"{_safe(name)}.requests.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []

@@ -1,31 +1,66 @@
-"""A real HTTP client for SGLang's native API (POST /generate), run as a closed loop at a given concurrency.
+"""A real HTTP client for `bench eagle3`, run as a closed loop at a given concurrency, over one of three APIs
+([workload] api):
 
-Every request: temperature 0, ignore_eos, max_new_tokens = the workload's output length, `text` or
-`input_ids`. Non-streamed requests give output tok/s and end-to-end latency; streamed ones (server-sent
-events, "data: {...}" lines, "data: [DONE]" last) also give the time to the first output token.
-`ttft_probe` measures TTFT with one streamed request on an idle server when the measured window itself is
-not streamed.
+- "completions": streamed POST /v1/completions {model, prompt, max_tokens, temperature 0, ignore_eos, stream,
+  stream_options.include_usage}; the prompt is the text (or the token ids).
+- "chat": streamed POST /v1/chat/completions, the same with messages = [{"role": "user", "content": text}]
+  (the server applies the model's chat template).
+- "generate": SGLang's native POST /generate {text | input_ids, sampling_params {max_new_tokens,
+  temperature 0, ignore_eos}, stream}, streamed or not (the tokenizer-less lab configs).
+
+Every request is greedy with ignore_eos (SGLang and vLLM take it as an extra body field) and asks for exactly
+the workload's output length; a request that produced fewer tokens fails its level. Token counts come from the
+server (usage.completion_tokens, requested with stream_options.include_usage; meta_info.completion_tokens for
+/generate), never from counting chunks.
+
+Timing, time.perf_counter() per chunk as it arrives:
+- TTFT: from sending the request to the first chunk that carries output (completions: a non-empty
+  choices[].text; chat: a non-empty delta content, reasoning_content, reasoning or tool_calls, so the role-only
+  first chunk does not count; /generate: more output tokens than the chunk before).
+- ITL (inter-token latency): the gaps between consecutive output-carrying chunks of a request. A chunk may
+  carry several tokens (a speculative server streams the tokens one verify step accepted together), so ITL is
+  per chunk gap, not per token: on a speculative server it is about one draft+verify round.
+- TPOT (time per output token): (e2e - TTFT) / (completion_tokens - 1) per request.
+- e2e: from sending the request to the end of the stream.
+Percentiles (p50, p99) are stats.percentile (linear interpolation); ITL percentiles pool the gaps of all
+requests of a level, TTFT/TPOT/e2e percentiles are over the requests. Non-streamed /generate windows take TTFT
+from `ttft_probe` (streamed requests on the idle server).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http.client import HTTPException, HTTPResponse
 from typing import Any
 
 from .config import Prompt
+from .stats import median, percentile
+from .transport import http_json, post_request, sse_events, urlopen
 
 REQUEST_TIMEOUT_S = 600.0
+OPENAI_APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+CHAT_OUTPUT_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
 
 
 class RequestError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    api: str  # "completions" | "chat" | "generate"
+    model: str | None = None  # the id GET /v1/models lists (the OpenAI APIs need it)
+    stream: bool = True  # /generate only: the OpenAI APIs always stream
+
+    @property
+    def path(self) -> str:
+        return OPENAI_APIS.get(self.api, "/generate")
 
 
 @dataclass
@@ -33,11 +68,33 @@ class RequestResult:
     e2e_s: float
     ttft_s: float | None  # streamed requests only
     output_tokens: int
-    verify_ct: int | None  # spec_verify_ct from meta_info (speculative servers)
+    verify_ct: int | None  # spec_verify_ct from /generate meta_info (speculative SGLang servers)
     output_ids: list[int] | None = None
+    chunk_s: list[float] | None = None  # arrival of each output-carrying chunk, seconds after sending
 
 
-def payload(prompt: Prompt, output_len: int, stream: bool) -> dict[str, Any]:
+def model_id(url: str, preferred: str | None = None, timeout: float = 30.0) -> str:
+    """The model id GET /v1/models lists: the only one, or `preferred` among several."""
+    try:
+        listed = http_json(url + "/v1/models", timeout=timeout)
+    except urllib.error.HTTPError as e:
+        raise RequestError(f"GET {url}/v1/models: HTTP {e.code}") from None
+    except (OSError, ValueError) as e:
+        raise RequestError(f"GET {url}/v1/models: {type(e).__name__}: {e}") from None
+    ids = [m.get("id") for m in (listed or {}).get("data", []) if isinstance(m, dict)] \
+        if isinstance(listed, dict) else []
+    ids = [i for i in ids if isinstance(i, str) and i]
+    if len(ids) == 1:
+        return ids[0]
+    if preferred in ids:
+        return str(preferred)
+    if not ids:
+        raise RequestError(f"GET {url}/v1/models lists no model: {json.dumps(listed)[:200]}")
+    raise RequestError(f"GET {url}/v1/models lists {len(ids)} models ({', '.join(ids[:5])}) and none is "
+                       f"[model] target {preferred!r}")
+
+
+def generate_payload(prompt: Prompt, output_len: int, stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True},
         "stream": stream,
@@ -49,7 +106,94 @@ def payload(prompt: Prompt, output_len: int, stream: bool) -> dict[str, Any]:
     return body
 
 
-def _result(final: dict[str, Any], e2e: float, ttft: float | None) -> RequestResult:
+def openai_payload(ep: Endpoint, prompt: Prompt, output_len: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": ep.model, "max_tokens": output_len, "temperature": 0.0,
+                            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    if ep.api == "chat":
+        if prompt.text is None:
+            raise RequestError("api \"chat\" needs text prompts")
+        body["messages"] = [{"role": "user", "content": prompt.text}]
+    else:
+        body["prompt"] = prompt.text if prompt.text is not None else list(prompt.input_ids or ())
+    return body
+
+
+def send(ep: Endpoint, prompt: Prompt, output_len: int, *, timeout: float = REQUEST_TIMEOUT_S) -> RequestResult:
+    """One request over the endpoint's API."""
+    if ep.api == "generate":
+        body = generate_payload(prompt, output_len, ep.stream)
+    else:
+        body = openai_payload(ep, prompt, output_len)
+    where = f"POST {ep.url}{ep.path}"
+    req = post_request(ep.url + ep.path, body)
+    t0 = time.perf_counter()
+    try:
+        with urlopen(req, timeout=timeout) as r:
+            if ep.api != "generate":
+                return _openai_stream(r, t0, chat=ep.api == "chat", where=where)
+            if not ep.stream:
+                return _generate_result(json.loads(r.read()), time.perf_counter() - t0, None, None)
+            return _generate_stream(r, t0)
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:300].decode(errors="replace")
+        raise RequestError(f"{where}: HTTP {e.code}: {detail}") from None
+    except (OSError, ValueError, HTTPException) as e:  # HTTPException: e.g. IncompleteRead, a stream cut off
+        raise RequestError(f"{where}: {type(e).__name__}: {e}") from None
+
+
+def generate(url: str, prompt: Prompt, output_len: int, *, stream: bool,
+             timeout: float = REQUEST_TIMEOUT_S) -> RequestResult:
+    """SGLang's native /generate (the lab configs, the profiler window)."""
+    return send(Endpoint(url=url, api="generate", stream=stream), prompt, output_len, timeout=timeout)
+
+
+def _error_text(obj: dict[str, Any]) -> str | None:
+    if "error" in obj:
+        return json.dumps(obj["error"])[:300]
+    if obj.get("object") == "error":  # older vLLM: an ErrorResponse object as the event
+        return json.dumps(obj)[:300]
+    return None
+
+
+def _carries_output(obj: dict[str, Any], chat: bool) -> bool:
+    for ch in obj.get("choices") or []:
+        if not isinstance(ch, dict):
+            continue
+        if chat:
+            delta = ch.get("delta") or {}
+            if any(delta.get(k) for k in CHAT_OUTPUT_FIELDS):
+                return True
+        elif ch.get("text"):
+            return True
+    return False
+
+
+def _openai_stream(r: HTTPResponse, t0: float, *, chat: bool, where: str) -> RequestResult:
+    chunks: list[float] = []
+    usage: dict[str, Any] | None = None
+    for t, data in sse_events(r):
+        obj = json.loads(data)
+        if not isinstance(obj, dict):
+            raise RequestError(f"{where}: stream event is not a JSON object: {data[:200]!r}")
+        err = _error_text(obj)
+        if err is not None:
+            raise RequestError(f"{where}: server error in the stream: {err}")
+        if isinstance(obj.get("usage"), dict):
+            usage = obj["usage"]  # the final usage chunk (continuous usage stats: every chunk; the last wins)
+        if _carries_output(obj, chat):
+            chunks.append(t - t0)
+    e2e = time.perf_counter() - t0
+    if usage is None or not isinstance(usage.get("completion_tokens"), int):
+        raise RequestError(f"{where}: the stream reported no usage.completion_tokens (asked with "
+                           "stream_options.include_usage): cannot check the output length")
+    if not chunks:
+        raise RequestError(f"{where}: the stream carried no output")
+    return RequestResult(e2e_s=e2e, ttft_s=chunks[0], output_tokens=usage["completion_tokens"],
+                         verify_ct=None, chunk_s=chunks)
+
+
+def _generate_result(final: dict[str, Any], e2e: float, ttft: float | None,
+                     chunks: list[float] | None) -> RequestResult:
     if "error" in final:
         raise RequestError(f"server error: {json.dumps(final['error'])[:300]}")
     meta = final.get("meta_info") or {}
@@ -60,41 +204,32 @@ def _result(final: dict[str, Any], e2e: float, ttft: float | None) -> RequestRes
     vct = meta.get("spec_verify_ct")
     return RequestResult(e2e_s=e2e, ttft_s=ttft, output_tokens=int(n),
                          verify_ct=int(vct) if isinstance(vct, (int, float)) else None,
-                         output_ids=list(ids) if isinstance(ids, list) else None)
+                         output_ids=list(ids) if isinstance(ids, list) else None, chunk_s=chunks)
 
 
-def generate(url: str, prompt: Prompt, output_len: int, *, stream: bool,
-             timeout: float = REQUEST_TIMEOUT_S) -> RequestResult:
-    body = json.dumps(payload(prompt, output_len, stream)).encode()
-    req = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
-    t0 = time.perf_counter()
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            if not stream:
-                final = json.loads(r.read())
-                return _result(final, time.perf_counter() - t0, None)
-            ttft, final = None, None
-            for raw in r:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                obj = json.loads(data)
-                if "error" in obj:
-                    return _result(obj, 0.0, None)
-                if ttft is None and (obj.get("output_ids") or obj.get("text")):
-                    ttft = time.perf_counter() - t0
-                final = obj
-            if final is None:
-                raise RequestError("stream ended without a result")
-            return _result(final, time.perf_counter() - t0, ttft)
-    except urllib.error.HTTPError as e:
-        detail = e.read()[:300].decode(errors="replace")
-        raise RequestError(f"POST {url}/generate: HTTP {e.code}: {detail}") from None
-    except (OSError, ValueError) as e:
-        raise RequestError(f"POST {url}/generate: {type(e).__name__}: {e}") from None
+def _generate_progress(obj: dict[str, Any]) -> int:
+    """How much output a /generate stream event holds (tokens, else characters of text)."""
+    n = (obj.get("meta_info") or {}).get("completion_tokens")
+    if isinstance(n, int):
+        return n
+    ids = obj.get("output_ids")
+    return len(ids) if isinstance(ids, list) else len(obj.get("text") or "")
+
+
+def _generate_stream(r: HTTPResponse, t0: float) -> RequestResult:
+    final, chunks, seen = None, [], 0
+    for t, data in sse_events(r):
+        obj = json.loads(data)
+        if "error" in obj:
+            return _generate_result(obj, 0.0, None, None)
+        n = _generate_progress(obj)
+        if n > seen:  # the final event repeats the last output: not a chunk of its own
+            chunks.append(t - t0)
+            seen = n
+        final = obj
+    if final is None:
+        raise RequestError("stream ended without a result")
+    return _generate_result(final, time.perf_counter() - t0, chunks[0] if chunks else None, chunks)
 
 
 @dataclass
@@ -104,8 +239,8 @@ class LevelRun:
     results: list[RequestResult]
 
 
-def run_level(url: str, prompts: Sequence[Prompt], *, concurrency: int, rounds: int, output_len: int,
-              stream: bool, prompt_offset: int = 0) -> LevelRun:
+def run_level(ep: Endpoint, prompts: Sequence[Prompt], *, concurrency: int, rounds: int, output_len: int,
+              prompt_offset: int = 0) -> LevelRun:
     """`concurrency` clients, each sending `rounds` requests back to back; all start together."""
     results: list[RequestResult | None] = [None] * (concurrency * rounds)
     errors: list[str] = []
@@ -119,9 +254,9 @@ def run_level(url: str, prompts: Sequence[Prompt], *, concurrency: int, rounds: 
                 return
             try:
                 prompt = prompts[(prompt_offset + k) % len(prompts)]
-                results[k] = generate(url, prompt, output_len, stream=stream)
-            except RequestError as e:
-                errors.append(str(e))
+                results[k] = send(ep, prompt, output_len)
+            except Exception as e:  # a thread must not die silently: every request counts or fails the level
+                errors.append(str(e) if isinstance(e, RequestError) else f"{type(e).__name__}: {e}")
                 return
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(concurrency)]
@@ -136,49 +271,73 @@ def run_level(url: str, prompts: Sequence[Prompt], *, concurrency: int, rounds: 
         raise RequestError(f"{len(errors)} request(s) failed at concurrency {concurrency}; "
                            f"first: {errors[0]}")
     done = [r for r in results if r is not None]
+    if len(done) != len(results):
+        raise RequestError(f"{len(results) - len(done)} of {len(results)} request(s) at concurrency "
+                           f"{concurrency} returned nothing")
     short = [r.output_tokens for r in done if r.output_tokens != output_len]
     if short:
-        raise RequestError(f"asked for {output_len} tokens with ignore_eos, got {short[0]} "
-                           "(is ignore_eos honoured? is the context too short?)")
+        source = "meta_info.completion_tokens" if ep.api == "generate" else "usage.completion_tokens"
+        raise RequestError(f"asked for {output_len} tokens with ignore_eos, but {len(short)} of {len(done)} "
+                           f"request(s) at concurrency {concurrency} produced {short[0]} ({source}; is "
+                           "ignore_eos honoured? is the context too short?)")
     return LevelRun(concurrency=concurrency, wall_s=wall, results=done)
 
 
-def ttft_probe(url: str, prompt: Prompt, n: int = 1, output_len: int = 8) -> float:
+def ttft_probe(ep: Endpoint, prompt: Prompt, n: int = 1, output_len: int = 8) -> float:
     """Median TTFT (s) of `n` streamed requests, one at a time."""
+    streamed = Endpoint(url=ep.url, api=ep.api, model=ep.model, stream=True)
     vals = []
     for _ in range(n):
-        r = generate(url, prompt, output_len, stream=True)
+        r = send(streamed, prompt, output_len)
         if r.ttft_s is None:
             raise RequestError("streamed probe returned no token")
         vals.append(r.ttft_s)
-    return statistics.median(vals)
+    return median(vals)
+
+
+def _ms(v: float | None, nd: int = 3) -> float | None:
+    return round(1e3 * v, nd) if v is not None else None
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
 
 
 def level_metrics(run: LevelRun, ttft_fallback_s: float | None) -> dict[str, Any]:
-    """Output tok/s over the window, median TTFT/TPOT/e2e (ms), accept length from per-request meta_info."""
+    """Output tok/s over the window; TTFT, TPOT, ITL and e2e at p50 (the bare names) and p99 (ms); accept
+    length from per-request meta_info (/generate on speculative SGLang servers)."""
     rs = run.results
     total = sum(r.output_tokens for r in rs)
     e2e = [r.e2e_s for r in rs]
-    ttfts = [r.ttft_s for r in rs if r.ttft_s is not None]
-    streamed = len(ttfts) == len(rs)
-    ttft = statistics.median(ttfts) if streamed else ttft_fallback_s
-    tpot = None
+    streamed = all(r.ttft_s is not None for r in rs)
+    ttfts = [r.ttft_s for r in rs if r.ttft_s is not None] if streamed else []
+    ttft = _p(ttfts, 50) if streamed else ttft_fallback_s
+    tpots: list[float] = []
     if ttft is not None:
-        per = [((r.e2e_s - (r.ttft_s if streamed else ttft)) / (r.output_tokens - 1))
-               for r in rs if r.output_tokens > 1]
-        tpot = statistics.median(per) if per else None
+        tpots = [(r.e2e_s - (r.ttft_s if streamed and r.ttft_s is not None else ttft)) / (r.output_tokens - 1)
+                 for r in rs if r.output_tokens > 1]
+    itls = [r.chunk_s[i] - r.chunk_s[i - 1] for r in rs if r.chunk_s for i in range(1, len(r.chunk_s))]
+    chunks = sum(len(r.chunk_s) for r in rs if r.chunk_s)
     vct = [r.verify_ct for r in rs]
-    accept = (total / sum(vct)) if all(v for v in vct) else None
+    accept = (total / sum(v for v in vct if v)) if all(v for v in vct) else None
     return {
         "concurrency": run.concurrency,
         "requests": len(rs),
         "output_tokens": total,
         "wall_s": round(run.wall_s, 4),
         "tok_s": round(total / run.wall_s, 3) if run.wall_s > 0 else None,
-        "e2e_ms": round(1e3 * statistics.median(e2e), 3),
-        "ttft_ms": round(1e3 * ttft, 3) if ttft is not None else None,
+        "e2e_ms": _ms(_p(e2e, 50)),
+        "e2e_ms_p99": _ms(_p(e2e, 99)),
+        "ttft_ms": _ms(ttft),
+        "ttft_ms_p99": _ms(_p(ttfts, 99)),
         "ttft_source": "stream" if streamed else ("idle streamed probe" if ttft is not None else None),
-        "tpot_ms": round(1e3 * tpot, 4) if tpot is not None else None,
+        "tpot_ms": _ms(_p(tpots, 50), 4),
+        "tpot_ms_p99": _ms(_p(tpots, 99), 4),
+        "itl_ms": _ms(_p(itls, 50), 4),
+        "itl_ms_p99": _ms(_p(itls, 99), 4),
+        "itl_samples": len(itls),
+        "tokens_per_chunk": round(total / chunks, 4) if streamed and chunks else None,
         "accept_len": round(accept, 4) if accept is not None else None,
+        "accept_len_source": "meta_info" if accept is not None else None,
         "verify_ct": sum(v for v in vct if v) if accept is not None else None,
     }

@@ -8,8 +8,12 @@ to a default). Paths in the config (the prompt file) are relative to the config 
     [server]    tp, launcher, host, port, args, env, startup_timeout_s, teardown_grace_s, record_step_time
     [speculative] args                      (added to every arm with speculative = true, with the draft path)
     [arms.<name>] speculative, args, env    (at least two arms; one baseline, one speculative)
-    [workload]  prompts, prompt_template, output_len, concurrency, rounds, repeats, warmup_output_len,
+    [workload]  api, prompts, prompt_template, output_len, concurrency, rounds, repeats, warmup_output_len,
                 stream, token_range
+                api: "completions" (streamed /v1/completions, text prompts), "chat" (streamed
+                /v1/chat/completions, one user message per prompt, the server's chat template) or "generate"
+                (SGLang's native /generate; input_ids with tokenizer = "none"). Default: "completions" when the
+                model has a tokenizer, else "generate". The OpenAI APIs always stream; `stream` is for /generate.
     [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
                 expect_break_even
     [profile]   steps, arms, timeout_s      (optional torch-profiler window for draft/verify/decode GPU times)
@@ -28,6 +32,7 @@ from typing import Any
 from ...errors import UserError
 from ...tomlio import tomllib
 
+APIS = ("completions", "chat", "generate")
 DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
 # flags the harness sets from [model] and [server]; a config that sets them too would contradict itself
 HARNESS_FLAGS = ("--model-path", "--tp-size", "--tp", "--tensor-parallel-size", "--port", "--host",
@@ -74,6 +79,7 @@ class Prompt:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    api: str  # one of APIS
     prompts_path: Path
     prompts: tuple[Prompt, ...]
     output_len: int
@@ -81,8 +87,13 @@ class WorkloadSpec:
     rounds: int  # each of the c clients sends `rounds` requests back to back
     repeats: int
     warmup_output_len: int
-    stream: bool
+    stream: bool  # always true for the OpenAI APIs
     token_range: tuple[int, int] | None
+
+    @property
+    def api_family(self) -> str:
+        """What the receipt's summary calls it: "openai" (completions, chat) or "generate"."""
+        return "generate" if self.api == "generate" else "openai"
 
 
 @dataclass(frozen=True)
@@ -346,8 +357,18 @@ def _parse_min_ratio(v: _Section, concurrency: tuple[int, ...]) -> dict[int, flo
 
 
 def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
-    w = _Section(path, "workload", data, {"prompts", "prompt_template", "output_len", "concurrency", "rounds",
-                                          "repeats", "warmup_output_len", "stream", "token_range"})
+    w = _Section(path, "workload", data, {"api", "prompts", "prompt_template", "output_len", "concurrency",
+                                          "rounds", "repeats", "warmup_output_len", "stream", "token_range"})
+    api = w.str_("api", "generate" if model.tokenizer == "none" else "completions")
+    if api not in APIS:
+        raise w.error("api", f"expected one of {', '.join(repr(a) for a in APIS)}, got {api!r}")
+    if api != "generate" and model.tokenizer == "none":
+        raise w.error("api", f"{api!r} needs the model's tokenizer, but [model] tokenizer = \"none\" "
+                             "(--skip-tokenizer-init serves only /generate with input_ids): use api = \"generate\"")
+    stream = w.bool_("stream", api != "generate")
+    if api != "generate" and not stream:
+        raise w.error("stream", f"api {api!r} is always streamed (TTFT, inter-token latency); "
+                                "stream = false is for api = \"generate\"")
     conc = w._get("concurrency", None, True)
     if (not isinstance(conc, list) or not conc
             or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc)
@@ -365,6 +386,11 @@ def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
     prompts = load_prompts(prompts_path, where=w.where("prompts"), need_ids=model.tokenizer == "none",
                            token_range=token_range)
     template = w.str_("prompt_template")
+    if api == "chat" and any(p.text is None for p in prompts):
+        raise w.error("api", "\"chat\" sends text messages, but the prompt file has input_ids")
+    if template is not None and api == "chat":
+        raise w.error("prompt_template", "api = \"chat\" applies the model's chat template on the server; "
+                                         "prompt_template is for \"completions\" and \"generate\"")
     if template is not None:
         if template.count("{prompt}") != 1:
             raise w.error("prompt_template", "must contain {prompt} exactly once")
@@ -373,9 +399,9 @@ def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
                           "applies to \"text\" prompts only; the prompt file has input_ids")
         prompts = tuple(Prompt(text=template.replace("{prompt}", p.text or "")) for p in prompts)
     return WorkloadSpec(
-        prompts_path=prompts_path, prompts=prompts, output_len=w.int_("output_len", required=True, min_=2),
+        api=api, prompts_path=prompts_path, prompts=prompts, output_len=w.int_("output_len", required=True, min_=2),
         concurrency=tuple(conc), rounds=w.int_("rounds", 2), repeats=w.int_("repeats", 3),
-        warmup_output_len=w.int_("warmup_output_len", 16), stream=w.bool_("stream", False),
+        warmup_output_len=w.int_("warmup_output_len", 16), stream=stream,
         token_range=token_range)
 
 

@@ -1,10 +1,13 @@
 """`sglang-blackwell bench eagle3`: does EAGLE-3 beat the non-speculative baseline, and by how much?
 
 For every repeat, every arm in turn (A B C A B C ...: launch-to-launch variance is larger than the effects we
-measure, so arms interleave): start the server in its own session (or use an attached one), check it is the
-server the arm describes (/server_info), warm up, measure a streamed TTFT probe, then per concurrency: flush
-the radix cache, reset the spec counters, snapshot the step times, run the closed-loop workload, snapshot.
-Optionally a torch-profiler window for draft/verify/decode GPU times. Then take the server down completely.
+measure, so arms interleave): start the server in its own session (or use an attached one: any
+OpenAI-compatible server), check it is the server the arm describes (/server_info; a vLLM server's /metrics),
+warm up, then per concurrency: flush the radix cache, reset the spec counters, snapshot the step times, run the
+closed-loop workload over [workload] api (streamed /v1/completions or /v1/chat/completions, or /generate, with a
+streamed TTFT probe first when /generate is not streamed), snapshot. SGLang-only steps are skipped, in one line,
+on a server without /server_info. Optionally a torch-profiler window for draft/verify/decode GPU times. Then
+take the server down completely.
 Every arm run is appended to <stem>_runs.jsonl as soon as it ends; the receipt, the verdict and the plots come
 from those runs (also later, from several such files: --from-runs).
 """
@@ -19,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -31,7 +33,7 @@ from ... import procs, receipts
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
 from ...paths import repo_root
-from . import client, plots, sglang_api, trace
+from . import client, plots, sglang_api, trace, vllm_api
 from .config import ArmSpec, BenchConfig, load_config, select_arms, with_tp
 from .server import (
     Server,
@@ -40,7 +42,9 @@ from .server import (
     attached_server,
     free_port,
     launched_server,
+    openai_health,
 )
+from .stats import median
 from .verdict import aggregate, evaluate, summary
 
 KIND = "bench-eagle3"
@@ -52,15 +56,28 @@ SERVER_FACTS = (  # what /server_info says about the server that was measured
     "flashinfer_allreduce_fusion_backend", "enable_flashinfer_allreduce_fusion", "cuda_graph_max_bs",
     "cuda_graph_max_bs_decode", "disable_radix_cache", "decode_log_interval", "skip_tokenizer_init")
 MEASUREMENT = {
+    "api": "workload.api: completions (streamed POST /v1/completions), chat (streamed POST "
+           "/v1/chat/completions, one user message per prompt) or generate (SGLang's POST /generate); every "
+           "request greedy (temperature 0), ignore_eos, max_tokens = output_len, and a run whose server produced "
+           "fewer tokens (usage.completion_tokens, stream_options.include_usage; meta_info for /generate) fails",
     "tok_s": "client: output tokens of all requests at one concurrency / wall time from the first request "
              "sent to the last answer (closed loop: c clients, each `rounds` requests back to back)",
-    "ttft_ms": "streamed requests: time to the first output chunk; else an idle streamed probe (3 requests, "
-               "8 tokens) after warm-up",
-    "tpot_ms": "median over requests of (e2e - ttft) / (output tokens - 1)",
+    "ttft_ms": "p50 over requests of the time to the first output-carrying chunk (streamed requests); "
+               "non-streamed /generate: an idle streamed probe (3 requests, 8 tokens) after warm-up; "
+               "ttft_ms_p99 alongside",
+    "tpot_ms": "p50 over requests of (e2e - ttft) / (completion_tokens - 1); tpot_ms_p99 alongside",
+    "itl_ms": "p50 of the gaps between consecutive output-carrying chunks, pooled over the requests of a "
+              "level; itl_ms_p99 alongside. Per chunk, not per token: a speculative server streams the tokens "
+              "of one verify step in one chunk (tokens_per_chunk = output tokens / chunks)",
+    "e2e_ms": "p50 over requests of send to end of stream; e2e_ms_p99 alongside",
+    "percentiles": "linear interpolation between closest ranks (numpy's default); across repeats the "
+                   "aggregate keeps median/min/max/values of each per-run value",
     "accept_len": "sum(completion_tokens) / sum(spec_verify_ct) over the measured requests' meta_info "
-                  "(accepted drafts + bonus token per verify); accept_len_server: /server_info "
-                  "avg_spec_accept_length after a reset (POST /set_internal_state), rolled up every "
-                  "decode_log_interval steps, so approximate",
+                  "(/generate; accepted drafts + bonus token per verify); over the OpenAI API (no per-request "
+                  "counts) SGLang's /server_info avg_spec_accept_length after the reset (accept_len_source "
+                  "server_info), or vLLM's /metrics 1 + accepted / drafts over the window (source metrics); "
+                  "accept_len_server: /server_info avg_spec_accept_length after a reset (POST "
+                  "/set_internal_state), rolled up every decode_log_interval steps, so approximate",
     "step_ms": "SGLANG_RECORD_STEP_TIME=1 step_time_dict: seconds per decode iteration (one draft+verify "
                "round on speculative servers), one entry per decode log interval; 20th percentile of the "
                "entries added during the window at batch size = concurrency (an interval that spans the "
@@ -121,6 +138,8 @@ def run(a: argparse.Namespace) -> int:
         mode = "+".join(sorted({r["mode"] for r in runs})) or "none"
     else:
         attach = parse_attach(a.attach, arms) if a.attach else None
+        if attach:
+            check_attached(attach)  # a dead URL is bad input: exit 2 before anything is written
         mode = "attach" if attach else "launch"
         out_dir.mkdir(parents=True, exist_ok=True)
         runs = []
@@ -170,6 +189,15 @@ def parse_attach(items: list[str], arms: list[str]) -> dict[str, str]:
         raise UserError(f"--attach: {len(items)} URL(s) for {len(arms)} arm(s) ({', '.join(arms)}); "
                         "give one per arm, in that order, or use ARM=URL")
     return {arm: url.rstrip("/") for arm, url in zip(arms, items, strict=True)}
+
+
+def check_attached(attach: dict[str, str]) -> None:
+    for arm, url in attach.items():
+        if not url.startswith(("http://", "https://")):
+            raise UserError(f"--attach {arm}={url}: expected an http:// or https:// URL")
+        up, seen = openai_health(url)
+        if not up:
+            raise UserError(f"--attach {arm}={url}: no healthy server there ({seen})")
 
 
 def interleaved(arms: list[str], repeats: int) -> list[tuple[int, str]]:
@@ -282,7 +310,7 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
                            "teardown": None, "log": None, "error": None}
     try:
         if url:
-            measure(cfg, arm, attached_server(url), rec, progress)
+            measure(cfg, arm, attached_server(url), rec, progress, launched=False)
             return rec
         port = cfg.server.port or free_port(cfg.server.host)
         url = f"http://{cfg.server.host}:{port}"
@@ -340,38 +368,90 @@ def check_identity(info: dict[str, Any], cfg: BenchConfig, arm: ArmSpec, url: st
                             f"config {cfg.path} says tp={cfg.server.tp}")
 
 
-def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any], progress: Progress) -> None:
+def endpoint(cfg: BenchConfig, url: str) -> client.Endpoint:
+    """Where and how this config's requests go; the OpenAI APIs name the model GET /v1/models lists."""
+    w = cfg.workload
+    if w.api == "generate":
+        return client.Endpoint(url=url, api="generate", stream=w.stream)
+    return client.Endpoint(url=url, api=w.api, model=client.model_id(url, cfg.model.target))
+
+
+def check_peer_identity(metrics: vllm_api.Metrics, arm: ArmSpec, url: str) -> None:
+    """A vLLM server registers its spec-decode counters only with a speculative config."""
+    spec = metrics.drafts is not None
+    if arm.speculative and not spec:
+        raise BenchRunError(f"arm {arm.name!r} is speculative but {url} (vLLM) exposes no "
+                            f"{vllm_api.DRAFTS} counter at /metrics (no --speculative-config?)")
+    if not arm.speculative and spec:
+        raise BenchRunError(f"arm {arm.name!r} is the non-speculative baseline but {url} (vLLM) exposes "
+                            f"{vllm_api.DRAFTS} at /metrics (started with --speculative-config)")
+
+
+def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any], progress: Progress, *,
+            launched: bool = True) -> None:
+    """Warm up, then every concurrency level. SGLang's extras (server facts, identity check, step times, spec
+    counters, cache flush, profiler window) need /server_info: a server we launched must answer it; an attached
+    one that does not (vLLM, any OpenAI-compatible server) is measured without them, said in one line."""
     url, w = server.url, cfg.workload
-    info = sglang_api.server_info(url)
-    check_identity(info, cfg, arm, url)
-    rec["server"] = {k: info.get(k) for k in SERVER_FACTS}
-    rec["server"]["records_step_time"] = sglang_api.step_times(info) is not None
+    info = sglang_api.server_info(url) if launched else sglang_api.server_info_or_none(url)
+    ep = endpoint(cfg, url)
+    peer: vllm_api.Metrics | None = None
+    if info is not None:
+        check_identity(info, cfg, arm, url)
+        rec["server"] = {k: info.get(k) for k in SERVER_FACTS}
+        rec["server"]["records_step_time"] = sglang_api.step_times(info) is not None
+        rec["server"]["engine"] = "sglang"
+    else:
+        peer = vllm_api.metrics(url)
+        engine = "vllm" if peer is not None and peer.vllm else "openai-compatible"
+        version = vllm_api.version(url) if engine == "vllm" else None
+        rec["server"] = {"engine": engine, "engine_version": version}
+        if engine == "vllm":
+            check_peer_identity(peer, arm, url)
+        else:
+            peer = None
+        progress(f"  {url}: no SGLang /server_info ({engine}{' ' + version if version else ''}): skipping "
+                 "the identity check, server facts, step times, spec-counter reset, cache flush and profiler "
+                 "window" + ("; accept length from vLLM's /metrics spec-decode counters"
+                             if peer is not None and arm.speculative else ""))
+    rec["server"].update(api=w.api, model_id=ep.model)
+    warm_ep = dataclasses.replace(ep, stream=False) if ep.api == "generate" else ep  # /generate: unstreamed
     for c in w.concurrency:  # warm-up: every batch size the window uses (JIT kernels compile on first use)
-        client.run_level(url, w.prompts, concurrency=c, rounds=1, output_len=w.warmup_output_len,
-                         stream=False, prompt_offset=len(w.prompts) - c)
-    ttft_probe = None if w.stream else client.ttft_probe(url, w.prompts[0], n=3)
+        client.run_level(warm_ep, w.prompts, concurrency=c, rounds=1, output_len=w.warmup_output_len,
+                         prompt_offset=len(w.prompts) - c)
+    ttft_probe = None if w.stream else client.ttft_probe(ep, w.prompts[0], n=3)
     offset = 0
     for c in w.concurrency:
-        _flush_cache(url)
-        reset = sglang_api.reset_spec_stats(url) if arm.speculative else False
-        before = sglang_api.step_times(sglang_api.server_info(url))
-        lv = client.run_level(url, w.prompts, concurrency=c, rounds=w.rounds, output_len=w.output_len,
-                              stream=w.stream, prompt_offset=offset)
-        after_info = sglang_api.server_info(url)
+        reset, before, peer_before = False, None, None
+        if info is not None:
+            _flush_cache(url)
+            reset = sglang_api.reset_spec_stats(url) if arm.speculative else False
+            before = sglang_api.step_times(sglang_api.server_info(url))
+        elif peer is not None and arm.speculative:
+            peer_before = vllm_api.metrics(url)
+        lv = client.run_level(ep, w.prompts, concurrency=c, rounds=w.rounds, output_len=w.output_len,
+                              prompt_offset=offset)
+        after_info = sglang_api.server_info(url) if info is not None else None
         offset += c * w.rounds
         m = client.level_metrics(lv, ttft_probe)
-        steps = sglang_api.new_step_times(before, sglang_api.step_times(after_info), c)
+        steps = sglang_api.new_step_times(before, sglang_api.step_times(after_info), c) if after_info else []
         m["step_ms"] = round(1e3 * sglang_api.low_quantile(steps), 4) if steps else None
-        m["step_ms_median"] = round(1e3 * statistics.median(steps), 4) if steps else None
+        m["step_ms_median"] = round(1e3 * median(steps), 4) if steps else None
         m["step_samples"] = len(steps)
-        m["accept_len_server"] = sglang_api.avg_accept_length(after_info) if reset else None
+        m["accept_len_server"] = sglang_api.avg_accept_length(after_info) if reset and after_info else None
+        if m["accept_len"] is None and m["accept_len_server"] is not None:  # the OpenAI API carries no counts
+            m.update(accept_len=m["accept_len_server"], accept_len_source="server_info")
+        if peer_before is not None:
+            acc = vllm_api.accept_length(peer_before, vllm_api.metrics(url))
+            if acc is not None:
+                m.update(accept_len=round(acc, 4), accept_len_source="metrics")
         rec["levels"][str(c)] = m
         progress(f"  c={c}: {m['tok_s']:.1f} tok/s, TTFT {_fmt(m['ttft_ms'])} ms, "
-                 f"TPOT {_fmt(m['tpot_ms'])} ms"
+                 f"TPOT {_fmt(m['tpot_ms'])} ms, ITL p99 {_fmt(m['itl_ms_p99'])} ms"
                  + (f", accept {m['accept_len']:.2f}" if m["accept_len"] is not None else "")
                  + (f", step {m['step_ms']:.2f} ms ({len(steps)} samples)" if steps else ", no step times"))
-    if cfg.profile.steps and arm.name in cfg.profile.arms:
-        rec["profile"] = profile_window(cfg, server, info, progress)
+    if cfg.profile.steps and arm.name in cfg.profile.arms and info is not None:
+        rec["profile"] = profile_window(cfg, server, info, progress, ep=warm_ep)
 
 
 def _fmt(v: float | None) -> str:
@@ -383,8 +463,8 @@ def _flush_cache(url: str) -> None:
         sglang_api.http_json(url + "/flush_cache", {}, timeout=30)
 
 
-def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any],
-                   progress: Progress) -> dict[str, Any]:
+def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progress: Progress, *,
+                   ep: client.Endpoint | None = None) -> dict[str, Any]:
     """Torch profiler over cfg.profile.steps forward batches of one request; parse rank 0's trace and keep it
     next to the server log (<log stem>.trace.json.gz, for kernel-level reading later; gzipped as sglang writes
     it), or delete it when there is no log (--attach). The server writes the trace, so this works for servers
@@ -395,7 +475,8 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any],
     os.chmod(tmp, 0o777)
     try:
         sglang_api.start_profile(server.url, str(tmp), steps, prefix="bench")
-        client.generate(server.url, cfg.workload.prompts[0], steps * per_step + 16, stream=False)
+        client.send(ep or client.Endpoint(url=server.url, api="generate", stream=False), cfg.workload.prompts[0],
+                    steps * per_step + 16)
         sglang_api.stop_profile(server.url)
         path = _wait_trace(tmp, cfg.profile.timeout_s)
         res = trace.stage_times(trace.load_trace(path))
@@ -453,9 +534,16 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
     spec = tuple(a for a in v.speculative if a in arms)
     if v.baseline not in arms:
         problems.append(f"the verdict's baseline arm {v.baseline!r} was not run (--arms)")
+    notes = []
     if not spec:
-        problems.append(f"none of the verdict's speculative arms ({', '.join(v.speculative)}) "
-                        "was run (--arms)")
+        others = tuple(a for a in arms if cfg.arms[a].speculative)
+        if others:  # e.g. a peer's baseline + EAGLE-3 pair: --arms baseline,eagle3 --attach ...
+            notes.append(f"the verdict's speculative arm(s) {', '.join(v.speculative)} not run (--arms): "
+                         f"judging {', '.join(others)} instead")
+            spec = others
+        else:
+            problems.append(f"none of the verdict's speculative arms ({', '.join(v.speculative)}) "
+                            "was run (--arms)")
     fusion_ok = bool(v.fusion_on and v.fusion_on in arms and v.fusion_off in arms)
     v_run = dataclasses.replace(v, speculative=spec or v.speculative,
                                 fusion_on=v.fusion_on if fusion_ok else None,
@@ -463,16 +551,23 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
                                 min_fusion_gain=v.min_fusion_gain if fusion_ok else None)
     verdict = evaluate(agg, v_run, conc, problems=problems,
                        spec_arms=[a for a in arms if cfg.arms[a].speculative])
+    verdict["notes"] = notes
     host = next((r["host"] for r in runs if r.get("host")), None)  # the machine that measured
     m = host["machine"] if host else nvidia.machine()
     versions = dict(host["versions"]) if host else receipts.collect_versions()
-    served = sorted({str(r["server"].get("version")) for r in runs if r.get("server", {}).get("version")})
+    served = sorted({str(r["server"].get("version")) for r in runs if r.get("server", {}).get("version")
+                     and r["server"].get("engine", "sglang") == "sglang"})  # runs before engine: all SGLang
     if served:
         versions["sglang"] = served[0] if len(served) == 1 else served
+    peers = sorted({str(r["server"]["engine_version"]) for r in runs
+                    if (r.get("server") or {}).get("engine") == "vllm" and r["server"].get("engine_version")})
+    if peers:
+        versions["vllm"] = peers[0] if len(peers) == 1 else peers
     prompts_sha = hashlib.sha256(cfg.workload.prompts_path.read_bytes()).hexdigest()
     return receipts.make_receipt(
         KIND,
-        summary(agg, verdict, v_run, machine=nvidia.machine_label(m), tp=cfg.server.tp, config=cfg.name),
+        summary(agg, verdict, v_run, machine=nvidia.machine_label(m), tp=cfg.server.tp, config=cfg.name,
+                api=cfg.workload.api_family, engine=engine_label(runs, v_run.speculative[0])),
         tp=cfg.server.tp, machine=m, versions=versions,
         config={"name": cfg.name, "path": str(cfg.path), "sha256": cfg.sha256, "content": cfg.raw},
         mode=mode,
@@ -481,9 +576,22 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
         workload={"prompts": str(cfg.workload.prompts_path), "prompts_sha256": prompts_sha,
                   "num_prompts": len(cfg.workload.prompts), "output_len": cfg.workload.output_len,
                   "concurrency": list(conc), "rounds": cfg.workload.rounds, "repeats": repeats,
-                  "stream": cfg.workload.stream},
+                  "stream": cfg.workload.stream, "api": cfg.workload.api},
         measurement=MEASUREMENT, aggregate=agg, verdict=verdict, runs=runs,
         complete=not short and not interrupted and not fatal)
+
+
+def engine_label(runs: list[dict[str, Any]], arm: str) -> str | None:
+    """What served `arm`: "sglang 0.5.9", "vllm 0.18.0", "openai-compatible" (runs recorded before the
+    harness told engines apart were all SGLang)."""
+    for r in runs:
+        srv = r.get("server") or {}
+        if r["arm"] != arm or not srv:
+            continue
+        engine = srv.get("engine", "sglang")
+        version = srv.get("version") if engine == "sglang" else srv.get("engine_version")
+        return f"{engine} {version}" if version else engine
+    return None
 
 
 def write_outputs(receipt: dict[str, Any], stem: Path, *, plots_wanted: bool, progress: Progress) -> Path:
@@ -503,10 +611,11 @@ def write_outputs(receipt: dict[str, Any], stem: Path, *, plots_wanted: bool, pr
 
 
 def report_text(receipt: dict[str, Any]) -> str:
-    lines = [f"bench eagle3 {receipt['summary']['config']} on {receipt['summary']['machine']}, "
-             f"TP={receipt['summary']['tp']} ({receipt['mode']})"]
+    s = receipt["summary"]
+    lines = [f"bench eagle3 {s['config']} on {s['machine']}, TP={s['tp']} ({receipt['mode']}, "
+             f"api {receipt['workload'].get('api', 'generate')})"]
     lines.append(f"{'arm':<16} {'c':>3} {'tok/s median [min-max]':>28} {'accept':>7} {'step ms':>8} "
-                 f"{'TTFT ms':>8} {'TPOT ms':>8} {'runs':>4}")
+                 f"{'TTFT ms':>8} {'TPOT ms':>8} {'ITL p99':>8} {'runs':>4}")
     for arm, a in receipt["aggregate"].items():
         for c, lv in a["levels"].items():
             t = lv["tok_s"]
@@ -516,7 +625,8 @@ def report_text(receipt: dict[str, Any]) -> str:
                 return f"{lv[k]['median']:.2f}" if lv.get(k) else "-"
 
             lines.append(f"{arm:<16} {c:>3} {tok:>28} {med('accept_len'):>7} {med('step_ms'):>8} "
-                         f"{med('ttft_ms'):>8} {med('tpot_ms'):>8} {t['n'] if t else 0:>4}")
+                         f"{med('ttft_ms'):>8} {med('tpot_ms'):>8} {med('itl_ms_p99'):>8} "
+                         f"{t['n'] if t else 0:>4}")
     v = receipt["verdict"]
     for k in v["checks"]:
         if "worst_over_best" in k:
@@ -543,6 +653,8 @@ def report_text(receipt: dict[str, Any]) -> str:
                      f"all-reduce+norm kernels in verify ms {_fmt(f.get('verify_allreduce_norm_ms_on'))} vs "
                      f"{_fmt(f.get('verify_allreduce_norm_ms_off'))}, "
                      f"gain {_fmt(f['gain'])} ({f['gain_basis']})")
+    for n in v.get("notes", []):
+        lines.append(f"note: {n}")
     for r in v["reasons"]:
         lines.append(f"reason: {r}")
     lines.append("VERDICT: " + ("PASS" if v["passed"] else "FAIL") + f"  ({v['rule']})")

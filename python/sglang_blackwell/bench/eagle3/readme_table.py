@@ -17,8 +17,40 @@ from ...receipts import validate_receipt
 
 KIND = "bench-eagle3"
 BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
-COLUMNS = ("config", "machine", "TP", "sglang", "EAGLE-3 / baseline, c=1", "accept length",
-           "break-even accept length", "verify ms, fusion on / off", "verdict", "date", "receipt")
+COLUMNS = ("config", "machine", "TP", "server", "API", "EAGLE-3 / baseline, c=1", "tok/s c=1 (baseline)",
+           "TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "accept length", "break-even accept length",
+           "verify ms, fusion on / off", "verdict", "date", "receipt")
+
+
+def server_label(r: dict[str, Any]) -> str:
+    """summary.engine ("sglang 0.5.9", "vllm 0.18.0", ...); receipts from before it measured SGLang only."""
+    engine = r["summary"].get("engine")
+    if engine:
+        return str(engine)
+    sg = r["versions"].get("sglang")
+    return f"sglang {sg}" if isinstance(sg, str) else "sglang"
+
+
+# summary keys added with the OpenAI client -> (verdict role, aggregate metric), read from the aggregate of a
+# receipt written before them (the same medians the summary now carries)
+_FROM_AGGREGATE = {"tok_s_c1": ("speculative", "tok_s"), "baseline_tok_s_c1": ("baseline", "tok_s"),
+                   "ttft_ms_p50": ("speculative", "ttft_ms"), "tpot_ms_p50": ("speculative", "tpot_ms"),
+                   "itl_ms_p99": ("speculative", "itl_ms_p99")}
+
+
+def summary_value(r: dict[str, Any], key: str) -> Any:
+    s = r["summary"]
+    if key in s or key not in _FROM_AGGREGATE:
+        return s.get(key)
+    role, metric = _FROM_AGGREGATE[key]
+    verdict = ((r.get("config") or {}).get("content") or {}).get("verdict") or {}
+    arm = verdict.get("baseline") if role == "baseline" else (verdict.get("speculative") or [None])[0]
+    spread = (((r.get("aggregate") or {}).get(arm) or {}).get("levels") or {}).get("1", {}).get(metric)
+    return spread["median"] if spread else None
+
+
+def _engine(r: dict[str, Any]) -> str:
+    return server_label(r).split()[0]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,7 +101,7 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
     if latest_only:
         seen, kept = set(), []
         for p, r in rows:
-            key = (r["summary"].get("config"), r["summary"].get("machine"))
+            key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r))  # vLLM next to ours
             if key not in seen:
                 seen.add(key)
                 kept.append((p, r))
@@ -78,11 +110,13 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
     for p, r in rows:
         s = r["summary"]
         link = os.path.relpath(p, link_base) if link_base else p.name
-        sg = r["versions"].get("sglang")
+        v = {k: summary_value(r, k) for k in _FROM_AGGREGATE}
+        tok = "-" if v["tok_s_c1"] is None else f"{_f(v['tok_s_c1'], 1)} ({_f(v['baseline_tok_s_c1'], 1)})"
         cells = [
-            str(s.get("config")), str(s.get("machine")), str(s.get("tp")),
-            sg if isinstance(sg, str) else "-",
-            _f(s.get("speedup_c1"), 2, "x"), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
+            str(s.get("config")), str(s.get("machine")), str(s.get("tp")), server_label(r),
+            str(s.get("api") or "generate"),  # receipts before the OpenAI client all used /generate
+            _f(s.get("speedup_c1"), 2, "x"), tok, _f(v["ttft_ms_p50"], 1), _f(v["tpot_ms_p50"]),
+            _f(v["itl_ms_p99"]), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
             f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
             "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
         ]

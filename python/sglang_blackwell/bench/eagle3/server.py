@@ -9,14 +9,11 @@ that cannot be taken down is an error (the next arm would measure a machine that
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +22,10 @@ from typing import Any
 from ... import procs
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
+from .transport import http_json, status
+
+__all__ = ["Server", "ServerError", "TeardownError", "attached_server", "free_port", "health_status",
+           "http_json", "launched_server", "log_tail", "openai_health", "terminate_session"]
 
 Progress = Callable[[str], None]
 PIDFILE_ENV = "SGLANG_BLACKWELL_BENCH_PIDFILE"  # holds the live server's session id while it runs
@@ -76,29 +77,18 @@ def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
     raise ServerError(f"no free port pair (p, p + {PORT_COMPANION_OFFSET}) found in {PORT_RANGE} on {host}")
 
 
-def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 30.0,
-              method: str | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        raw = r.read()
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:  # some endpoints (/start_profile, /flush_cache) answer plain text
-        return raw.decode(errors="replace")
-
-
 def health_status(url: str, timeout: float = 5.0) -> int | str:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except (OSError, ValueError) as e:
-        return f"{type(e).__name__}: {e}"[:200]
+    return status(url + "/health", timeout=timeout)
+
+
+def openai_health(url: str, timeout: float = 5.0) -> tuple[bool, str]:
+    """Is a server up? GET /health must answer 200; a server without /health (404, 405) counts as up when
+    GET /v1/models answers 200 (any OpenAI-compatible server). Returns (up, what was seen)."""
+    st = health_status(url, timeout)
+    if st == 200 or st not in (404, 405):
+        return st == 200, f"/health: {st}"
+    models = status(url + "/v1/models", timeout=timeout)
+    return models == 200, f"/health: {st}, /v1/models: {models}"
 
 
 def log_tail(path: Path | None, n: int = 30) -> str:
@@ -144,19 +134,18 @@ def _wait_gpu_released(pids: set[int], timeout_s: float) -> dict[str, Any]:
 def wait_healthy(server: Server, proc: subprocess.Popen | None, timeout_s: float,
                  progress: Progress | None = None) -> float:
     t0 = time.monotonic()
-    last: int | str = "not polled"
     next_note = 30.0
     while True:
         elapsed = time.monotonic() - t0
         if proc is not None and proc.poll() is not None:
             raise ServerError(f"server exited with code {proc.returncode} after {elapsed:.0f} s before it "
                               f"was healthy; log {server.log_path}:\n{log_tail(server.log_path)}")
-        last = health_status(server.url)
-        if last == 200:
+        up, last = openai_health(server.url)
+        if up:
             return elapsed
         if elapsed > timeout_s:
             raise ServerError(f"server at {server.url} not healthy after {timeout_s:.0f} s "
-                              f"(last /health: {last}); log {server.log_path}:\n{log_tail(server.log_path)}")
+                              f"(last {last}); log {server.log_path}:\n{log_tail(server.log_path)}")
         if progress and elapsed > next_note:
             progress(f"  waiting for {server.url}/health: {elapsed:.0f} s (last: {last})")
             next_note += 30.0
@@ -194,7 +183,7 @@ def launched_server(server: Server, cmd: list[str], env: dict[str, str], *, star
 
 def attached_server(url: str) -> Server:
     url = url.rstrip("/")
-    st = health_status(url)
-    if st != 200:
-        raise ServerError(f"--attach {url}: /health answered {st}, expected 200")
+    up, seen = openai_health(url)
+    if not up:
+        raise ServerError(f"--attach {url}: not healthy ({seen})")
     return Server(url=url)

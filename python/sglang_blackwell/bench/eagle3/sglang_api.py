@@ -16,7 +16,10 @@
   <output_dir>/<prefix>-<profile_id>-TP-<rank>.trace.json.gz. 0.5.14 names spans step[DECODE bs=N],
   step[TARGET_VERIFY bs=N], draft, draft_extend; 0.5.9 has no such spans.
 - /generate meta_info (speculative servers, when a request finishes): completion_tokens, spec_verify_ct,
-  spec_accept_length (= completion_tokens / spec_verify_ct).
+  spec_accept_length (= completion_tokens / spec_verify_ct). The OpenAI endpoints (/v1/completions,
+  /v1/chat/completions) carry no spec counts (0.5.9 and 0.5.14 protocol.py: usage has prompt/completion/total
+  tokens, `sglext` only routed experts and cached-token details), so over the OpenAI API the accept length comes
+  from /server_info after a reset.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import contextlib
 import urllib.error
 from typing import Any
 
-from .server import http_json
+from .stats import percentile
+from .transport import http_json
 
 
 def server_info(url: str) -> dict[str, Any]:
@@ -35,6 +39,16 @@ def server_info(url: str) -> dict[str, Any]:
         if e.code != 404:
             raise
         return http_json(url + "/get_server_info")
+
+
+def server_info_or_none(url: str) -> dict[str, Any] | None:
+    """/server_info of an SGLang server; None when the server has neither path (an OpenAI-only server such as
+    vLLM answers 404) or answers something that is not SGLang's JSON object."""
+    try:
+        info = server_info(url)
+    except urllib.error.HTTPError:
+        return None
+    return info if isinstance(info, dict) and ("tp_size" in info or "internal_states" in info) else None
 
 
 def internal_state(info: dict[str, Any]) -> dict[str, Any]:
@@ -60,14 +74,10 @@ def new_step_times(before: dict[int, list[float]] | None, after: dict[int, list[
 
 
 def low_quantile(values: list[float], q: float = 0.2) -> float:
-    """The q-quantile (linear interpolation). Step-time entries are the mean of one decode log interval; an
-    interval that spans the idle gap between two requests (prefill, HTTP) reads high, never low, so a low
-    quantile estimates the steady step better than the median when requests are short."""
-    v = sorted(values)
-    pos = q * (len(v) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+    """The q-quantile (stats.percentile: linear interpolation). Step-time entries are the mean of one decode log
+    interval; an interval that spans the idle gap between two requests (prefill, HTTP) reads high, never low, so
+    a low quantile estimates the steady step better than the median when requests are short."""
+    return percentile(values, 100.0 * q)
 
 
 def avg_accept_length(info: dict[str, Any]) -> float | None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .stats import median
 from .trace_kernels import (
     FUSED_ALLREDUCE_KERNEL,
     NCCL_ALLREDUCE_KERNEL,
@@ -85,12 +85,12 @@ def stage_times(events: list[dict[str, Any]]) -> dict[str, Any]:
             p["allreduce_calls"].append(sum(1 for *_, kind in ks if kind == "allreduce"))
             p["add_rmsnorm"].append(sum(d for _, d, kind in ks if kind == "add_rmsnorm") / 1e3)
     stages: dict[str, dict[str, Any]] = {
-        s: {"median_ms": round(statistics.median(v), 4), "min_ms": round(min(v), 4), "n": len(v)}
+        s: {"median_ms": round(median(v), 4), "min_ms": round(min(v), 4), "n": len(v)}
         for s, v in by_stage.items()}
     for s, p in parts.items():
-        stages[s].update({"allreduce_ms": round(statistics.median(p["allreduce"]), 4),
-                          "allreduce_calls": statistics.median(p["allreduce_calls"]),
-                          "add_rmsnorm_ms": round(statistics.median(p["add_rmsnorm"]), 4)})
+        stages[s].update({"allreduce_ms": round(median(p["allreduce"]), 4),
+                          "allreduce_calls": median(p["allreduce_calls"]),
+                          "add_rmsnorm_ms": round(median(p["add_rmsnorm"]), 4)})
     source = "GPU (gpu_user_annotation, window over streams)" if gpu else "CPU-side spans only (no GPU events)"
     return {"source": source if stages else "no SGLang step spans in the trace", "stages": stages}
 

@@ -12,23 +12,27 @@ break-even, and the step-time model predicts a speedup of accept_len / break_eve
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from .config import VerdictSpec
+from .stats import median
 
+# per arm and concurrency, spread over the repeats (bare latency names are p50 within a run)
+LEVEL_METRICS = ("tok_s", "accept_len", "accept_len_server", "step_ms", "step_ms_median", "ttft_ms",
+                 "ttft_ms_p99", "tpot_ms", "tpot_ms_p99", "itl_ms", "itl_ms_p99", "e2e_ms", "e2e_ms_p99",
+                 "tokens_per_chunk")
 RULE = "worst speculative repeat >= min_ratio x best baseline repeat (output tok/s), per concurrency"
 
 
 def spread(values: list[float]) -> dict[str, Any] | None:
     if not values:
         return None
-    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+    return {"median": round(median(values), 4), "min": round(min(values), 4),
             "max": round(max(values), 4), "n": len(values), "values": [round(v, 4) for v in values]}
 
 
 def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+    return median(values) if values else None
 
 
 def aggregate(runs: list[dict[str, Any]], arms: list[str], concurrency: tuple[int, ...]) -> dict[str, Any]:
@@ -40,8 +44,7 @@ def aggregate(runs: list[dict[str, Any]], arms: list[str], concurrency: tuple[in
         for c in concurrency:
             levels = [r["levels"][str(c)] for r in ok if str(c) in r.get("levels", {})]
             per_c[str(c)] = {m: spread([lv[m] for lv in levels if lv.get(m) is not None])
-                             for m in ("tok_s", "accept_len", "accept_len_server", "step_ms",
-                                       "step_ms_median", "ttft_ms", "tpot_ms", "e2e_ms")}
+                             for m in LEVEL_METRICS}
         # GPU span times only: CPU-side spans of CUDA-graph replays measure launches, not the work
         profiles = [r["profile"] for r in ok if (r.get("profile") or {}).get("stages")]
         prof = [p["stages"] for p in profiles if str(p.get("source")).startswith("GPU")]
@@ -109,7 +112,7 @@ def compare(agg: dict[str, Any], baseline: str, arm: str, c: int) -> dict[str, A
     accept = _median(_vals(agg, arm, c, "accept_len"))
     be = round_ms / decode_ms if decode_ms and round_ms else None
     return {"arm": arm, "concurrency": c, "break_even_profiled": _profiled_break_even(agg, baseline, arm),
-            "median_ratio": round(statistics.median(spec) / statistics.median(base), 4),
+            "median_ratio": round(median(spec) / median(base), 4),
             "accept_len": round(accept, 4) if accept is not None else None,
             "decode_ms": round(decode_ms, 4) if decode_ms else None,
             "round_ms": round(round_ms, 4) if round_ms else None,
@@ -205,16 +208,24 @@ def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
 
 
 def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, machine: str, tp: int,
-            config: str) -> dict[str, Any]:
-    """The small, comparable block every receipt of this kind carries."""
-    c1 = next((k for k in verdict["checks"] if k["concurrency"] == 1 and k["arm"] == v.speculative[0]), None)
+            config: str, api: str = "generate", engine: str | None = None) -> dict[str, Any]:
+    """The small, comparable block every receipt of this kind carries. The latency keys are of the verdict's
+    (first) speculative arm at concurrency 1: the median over repeats of each run's p50 (ttft, tpot) or p99
+    (itl); tok_s_c1 and baseline_tok_s_c1 are median output tok/s over repeats."""
+    arm = v.speculative[0]
+    c1 = next((k for k in verdict["checks"] if k["concurrency"] == 1 and k["arm"] == arm), None)
     if c1 is None or "median_ratio" not in c1:
-        spec1 = _vals(agg, v.speculative[0], 1, "tok_s")
+        spec1 = _vals(agg, arm, 1, "tok_s")
         base1 = _vals(agg, v.baseline, 1, "tok_s")
-        ratio = statistics.median(spec1) / statistics.median(base1) if spec1 and base1 else None
-        c1 = {"median_ratio": ratio, "accept_len": _median(_vals(agg, v.speculative[0], 1, "accept_len")),
+        ratio = median(spec1) / median(base1) if spec1 and base1 else None
+        c1 = {"median_ratio": ratio, "accept_len": _median(_vals(agg, arm, 1, "accept_len")),
               "break_even_accept_len": None}
     f = verdict.get("fusion") or {}
+
+    def at_c1(a: str, metric: str) -> float | None:
+        m = _median(_vals(agg, a, 1, metric))
+        return round(m, 4) if m is not None else None
+
     return {
         "machine": machine, "tp": tp, "config": config,
         "speedup_c1": round(c1["median_ratio"], 4) if c1.get("median_ratio") is not None else None,
@@ -223,5 +234,9 @@ def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, mac
         "round_ms_fusion_on": f.get("round_ms_on"), "round_ms_fusion_off": f.get("round_ms_off"),
         "verify_allreduce_norm_ms_fusion_on": f.get("verify_allreduce_norm_ms_on"),
         "verify_allreduce_norm_ms_fusion_off": f.get("verify_allreduce_norm_ms_off"),
+        "api": api, "engine": engine,
+        "tok_s_c1": at_c1(arm, "tok_s"), "baseline_tok_s_c1": at_c1(v.baseline, "tok_s"),
+        "ttft_ms_p50": at_c1(arm, "ttft_ms"), "tpot_ms_p50": at_c1(arm, "tpot_ms"),
+        "itl_ms_p99": at_c1(arm, "itl_ms_p99"),
         "passed": verdict["passed"],
     }

@@ -56,6 +56,56 @@ def test_untrained_config_differs_from_the_trained_one_only_in_the_draft_weights
     assert untrained.verdict.expect_accept_len == trained.verdict.expect_accept_len
 
 
+def test_api_of_the_shipped_configs() -> None:
+    kimi = load_config(BENCHMARK / "kimi-k2.5-8xpcie.toml")
+    assert (kimi.workload.api, kimi.workload.api_family, kimi.workload.stream) == ("chat", "openai", True)
+    assert load_config(BENCHMARK / "llama-3.1-8b-eagle3.toml").workload.api == "completions"
+    for lab in ("lab-synthetic", "lab-synthetic-untrained"):
+        cfg = load_config(BENCHMARK / f"{lab}.toml")
+        # tokenizer-less: /generate by default, and the default does not enter the hash (receipts still merge)
+        assert cfg.workload.api == "generate" and not cfg.workload.stream and "api" not in cfg.raw["workload"]
+
+
+def test_api_default_and_hash(tmp_path: Path) -> None:
+    ids = load_config(write_config(tmp_path))
+    assert ids.workload.api == "generate"
+    text = load_config(write_config(tmp_path, api="completions"))
+    assert text.workload.api == "completions" and text.workload.stream
+    p = tmp_path / "fake.toml"
+    p.write_text(p.read_text().replace('api = "completions"', ""))
+    default = load_config(p)
+    assert default.workload.api == "completions"  # the model has a tokenizer
+    assert default.sha256 != text.sha256  # a written key is part of the hash like any other
+
+
+@pytest.mark.parametrize("api, old, new, expect", [
+    (None, "output_len = 32", 'output_len = 32\napi = "chat"',
+     "[workload] api: 'chat' needs the model's tokenizer, but [model] tokenizer = \"none\""),
+    (None, "output_len = 32", 'output_len = 32\napi = "grpc"',
+     "[workload] api: expected one of 'completions', 'chat', 'generate', got 'grpc'"),
+    ("chat", "output_len = 32", "output_len = 32\nstream = false",
+     "[workload] stream: api 'chat' is always streamed"),
+    ("chat", "output_len = 32", 'output_len = 32\nprompt_template = "<u>{prompt}</u>"',
+     "[workload] prompt_template: api = \"chat\" applies the model's chat template on the server"),
+])
+def test_bad_api_names_file_and_key(tmp_path: Path, api: str | None, old: str, new: str, expect: str) -> None:
+    p = write_config(tmp_path, api=api)
+    p.write_text(p.read_text().replace(old, new, 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(p) in str(e.value) and expect in str(e.value)
+
+
+def test_chat_needs_text_prompts(tmp_path: Path) -> None:
+    p = write_config(tmp_path, api="chat")
+    (tmp_path / "prompts.jsonl").write_text('{"input_ids": [100, 101]}\n')
+    with pytest.raises(ConfigError, match=r"\[workload\] api: \"chat\" sends text messages, but the prompt file "
+                                          "has input_ids"):
+        load_config(p)
+    p.write_text(p.read_text().replace('api = "chat"', 'api = "completions"'))
+    assert load_config(p).workload.prompts[0].input_ids == (100, 101)  # token-id prompts over /v1/completions
+
+
 def test_llama_prompts_get_the_chat_template() -> None:
     cfg = load_config(BENCHMARK / "llama-3.1-8b-eagle3.toml")
     assert set(cfg.arms) == {"baseline", "eagle3"}
