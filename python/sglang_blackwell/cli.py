@@ -186,11 +186,11 @@ def cmd_nccl(a: argparse.Namespace) -> int:
 
     profiles = load_profiles(a.profiles)
     if a.action == "uninstall":
-        print(uninstall(probe(a.python, user_environ())).message)
+        print(uninstall(probe(a.python, user_environ()), a.nccl_conf).message)
         return 0
     if a.action == "install":
         res = resolve(a.profile or "auto", detect(cuda=False), profiles)
-        change = install(probe(a.python, user_environ()), res, a.hook)
+        change = install(probe(a.python, user_environ()), res, a.hook, nccl_conf=a.nccl_conf)
         print(change.message)
         if not res.profile.fits_class(res.topology_class):
             print(f"warning: {res.reason}", file=sys.stderr)
@@ -199,6 +199,12 @@ def cmd_nccl(a: argparse.Namespace) -> int:
         for r in change.env:
             src = ".pth hook" if r.source == "pth" else r.source
             print(f"  {r.key}={r.value or '-'}  ({src}{': ' + r.note if r.note else ''})")
+        if change.conf_env:
+            print(f"an NCCL program started with NCCL_CONF_FILE={change.nccl_conf} gets from that file:")
+        for key, value, where in change.conf_env:
+            print(f"  {key}={value or '-'}  ({where})")
+        for n in change.notes:
+            print(n)
         for p in change.problems:
             print(f"PROBLEM: {p}", file=sys.stderr)
         return 1 if change.problems else 0
@@ -435,6 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="text", choices=["text", "json", "nccl-conf"],
                    help="show: output format; nccl-conf prints the profile as an NCCL_CONF_FILE")
     p.add_argument("--profiles", help="profiles file (default: the packaged nccl_profiles.toml)")
+    p.add_argument("--nccl-conf", metavar="PATH",
+                   help="install: also write the profile into this NCCL config file as a managed block, for NCCL "
+                        "programs not started by Python (NCCL reads it where NCCL_CONF_FILE names it; default: "
+                        "the file an earlier install wrote); uninstall: remove the block from this file (default: "
+                        "from every file the startup block names or NCCL reads)")
     p.set_defaults(fn=cmd_nccl)
 
     p = sub.add_parser("doctor", help="what works on this box and why not, each failing item with its fix")

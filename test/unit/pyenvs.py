@@ -60,8 +60,9 @@ def debian_python() -> tuple[Path | None, str]:
 
 def cli(*args: str, env: dict[str, str] | None = None, check: bool = True, timeout: int = 120
         ) -> subprocess.CompletedProcess:
-    """Run the real CLI (this checkout's package) in a fresh interpreter."""
-    e = clean_env() if env is None else env
+    """Run the real CLI (this checkout's package, on PYTHONPATH) in a fresh interpreter."""
+    e = dict(clean_env() if env is None else env)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (e.get("PYTHONPATH"), str(REPO / "python")) if p)
     r = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", *args], capture_output=True, text=True,
                        env=e, timeout=timeout)
     if check and r.returncode != 0:

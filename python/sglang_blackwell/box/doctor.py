@@ -364,9 +364,12 @@ def check_nccl_env(c: Context) -> Check:
     from .nccl import load_profiles, resolve
     from .nccl_hook import state
 
+    # NCCL's config files are read by the rules of the NCCL that torch loads here (for --python: that
+    # environment's NCCL wheel)
+    nccl = c.torch.get("nccl") if c.python is None else None
     try:
         profiles = load_profiles()
-        st = state(c.python, profiles=profiles)
+        st = state(c.python, profiles=profiles, nccl_version=nccl if isinstance(nccl, str) else None)
     except UserError as e:
         return item("nccl_env", "warn", str(e), "sglang-blackwell nccl show --python <interpreter>")
     env = "; ".join(f"{r['key']}={r['value'] or '-'} ({r['source']})" for r in st["env"]) or "no NCCL_* set"
@@ -387,9 +390,16 @@ def check_nccl_env(c: Context) -> Check:
         if cls == "pcie":
             fix = "sglang-blackwell nccl install (auto picks pcie-ll on PCIe-only boxes)"
             text += f" on a PCIe-only box ({auto.reason})"
+    nc = st.get("nccl_conf") or {}
+    if act and act.get("nccl_conf"):
+        text += f"; NCCL config file {act['nccl_conf']}"
     if st["problems"]:
-        fix = fix or "sglang-blackwell nccl install"
+        only_conf = all(p.startswith("NCCL config block") for p in st["problems"])
+        fix = fix or (nc.get("fix") if only_conf else None) or "sglang-blackwell nccl install"
         text += "; " + "; ".join(st["problems"])
+    if nc.get("hazards"):
+        fix = fix or nc.get("fix")
+        text += f"; NCCL config ({nc['rules']['label']}): " + "; ".join(nc["hazards"])
     return item("nccl_env", "warn" if fix else "ok", f"{text}; {env}", fix, st)
 
 

@@ -1,8 +1,9 @@
 """NCCL tuning profiles as data (nccl_profiles.toml): load and validate them, resolve `auto` from the
-topology, render a profile as an NCCL_CONF_FILE, and say where each NCCL variable a fresh process gets comes
-from (user / the managed block / an nccl.conf file / NCCL's default).
+topology, render a profile as an NCCL config file, and say where each NCCL variable a fresh process gets comes
+from (user / the managed block / an NCCL config file / NCCL's default).
 
-Installing a profile into an environment is sitehook.py's job; this module never touches files."""
+Installing a profile is nccl_hook.py's job, reading NCCL's config files nccl_conf.py's; this module never
+touches files."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from typing import Any
 from .. import __version__
 from ..errors import UserError
 from ..tomlio import tomllib
+from . import nccl_conf as conf
 from .topology import CLASSES, Topology
 
 PROFILES_FILE = Path(__file__).with_name("nccl_profiles.toml")
 AUTO = "auto"
 KILL_SWITCH = "SGLANG_BLACKWELL_NCCL"  # =0 (or false/off/no): the managed block sets nothing
 APPLIED_ENV = "SGLANG_BLACKWELL_NCCL_APPLIED"  # keys the managed block set in this process tree
+# the user's NCCL_CONF_FILE ('' = unset) where the kill switch pointed it at /dev/null (NCCL-config mode)
+CONF_WAS_ENV = "SGLANG_BLACKWELL_NCCL_CONF_FILE_WAS"
 OFF_VALUES = ("0", "false", "off", "no")
 # the project's rule for every GPU process: no NVLink multicast (NCCL NVLS, torch symm-mem, NVSHMEM); bench
 # allreduce refuses to start without it, qualify's GPU steps get it where the user has not set these
@@ -162,40 +166,24 @@ def kill_switch_engaged(environ: dict[str, str]) -> bool:
 
 
 def nccl_conf(profile: Profile, requested: str | None = None) -> str:
-    """The profile as an NCCL_CONF_FILE (NCCL >= 2.23; older NCCL reads ~/.nccl.conf or /etc/nccl.conf)."""
+    """The profile as an NCCL config file (NCCL_CONF_FILE, NCCL >= 2.23; older NCCL reads ~/.nccl.conf).
+    No comment line holds an '=': NCCL < 2.26 reads '#' lines like any other."""
     lines = [f"# NCCL profile {profile.name!r} from sglang-blackwell {__version__}"
              + (f" (requested: {requested})" if requested and requested != profile.name else ""),
              f"# {profile.description}",
-             "# use: NCCL_CONF_FILE=/path/to/this/file (variables set in the environment still win)"]
+             "# use: point NCCL_CONF_FILE at this file (variables set in the environment still win)"]
     if profile.debug_knobs:
         lines.append("# note: " + DEBUG_NOTE)
+    lines = [ln.replace("=", " ") for ln in lines]
     lines += [f"{k}={v}" for k, v in profile.env.items()]
     return "\n".join(lines) + "\n"
-
-
-def parse_nccl_conf(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        k, v = line.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
-def conf_files(environ: dict[str, str]) -> list[Path]:
-    """The files NCCL reads for defaults, lowest precedence first: /etc/nccl.conf, then $NCCL_CONF_FILE
-    (NCCL >= 2.23) or else ~/.nccl.conf. Environment variables override both."""
-    user = environ.get("NCCL_CONF_FILE") or str(Path(environ.get("HOME", str(Path.home()))) / ".nccl.conf")
-    return [Path("/etc/nccl.conf"), Path(user)]
 
 
 @dataclass
 class EnvRow:
     key: str
     value: str | None
-    source: str  # "user", "sitecustomize", "pth", "file <path>", "default"
+    source: str  # "user", "sitecustomize", "pth", "nccl-conf <path>", "file <path>", "default"
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,23 +192,20 @@ class EnvRow:
 
 def effective_env(fresh: dict[str, str], user: dict[str, str], *, block_env: dict[str, str] | None,
                   hook: str | None, extra_keys: list[str] = (),
-                  files: list[Path] | None = None) -> list[EnvRow]:
+                  files: list[conf.ConfFile] | None = None, rules: conf.Rules | None = None) -> list[EnvRow]:
     """Where each NCCL variable of a fresh interpreter comes from.
 
     fresh: NCCL_*/SGLANG_BLACKWELL_* of a fresh interpreter of the target environment (its managed block ran);
     user: the same variables as the user set them (what this process inherited, minus what a managed block
-    set); block_env: what the installed block sets (None: no block); hook: "sitecustomize" or "pth"."""
+    set); block_env: what the installed block sets (None: no block); hook: "sitecustomize" or "pth";
+    files: NCCL's config files as NCCL reads them in that interpreter (default: read them now, by `rules`).
+    A file line inside a managed block (ConfFile.managed) is reported as "nccl-conf <path>"."""
     applied = set(filter(None, fresh.get(APPLIED_ENV, "").split(",")))
-    file_vals: dict[str, tuple[str, Path]] = {}
-    for f in files if files is not None else conf_files(fresh):
-        try:
-            vals = parse_nccl_conf(f.read_text())
-        except OSError:
-            continue
-        for k, v in vals.items():
-            file_vals[k] = (v, f)
+    files = files if files is not None else conf.read_all(fresh, rules)
+    from_files = conf.from_files(files, fresh)
     keys = list(dict.fromkeys([*(block_env or {}), *extra_keys,
-                               *sorted(k for k in fresh if k.startswith("NCCL_")), *sorted(file_vals)]))
+                               *sorted(k for k in fresh if k.startswith("NCCL_")),
+                               *(k for k in from_files if k.startswith("NCCL_") and conf.ENV_NAME_RE.match(k))]))
     rows = []
     for k in keys:
         want = (block_env or {}).get(k)
@@ -231,9 +216,12 @@ def effective_env(fresh: dict[str, str], user: dict[str, str], *, block_env: dic
             rows.append(EnvRow(k, fresh[k], hook or "managed block"))
         elif k in fresh:
             rows.append(EnvRow(k, fresh[k], "user"))
-        elif k in file_vals:
-            v, f = file_vals[k]
-            rows.append(EnvRow(k, v, f"file {f}"))
+        elif k in from_files:
+            e, cf = from_files[k]
+            ours = cf.managed is not None and cf.managed[0] <= e.offset < cf.managed[1]
+            note = f"line {e.line}" + (f"; the profile would set {want}" if want is not None and want != e.value
+                                       else "")
+            rows.append(EnvRow(k, e.value, f"{'nccl-conf' if ours else 'file'} {cf.path}", note))
         else:
             note = ""
             if want is not None:
@@ -249,11 +237,17 @@ def user_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
     environ = dict(os.environ if environ is None else environ)
     for k in filter(None, environ.pop(APPLIED_ENV, "").split(",")):
         environ.pop(k, None)
+    if CONF_WAS_ENV in environ:  # the kill switch pointed NCCL_CONF_FILE at /dev/null: the user's value back
+        was = environ.pop(CONF_WAS_ENV)
+        if was:
+            environ[conf.CONF_ENV] = was
+        else:
+            environ.pop(conf.CONF_ENV, None)
     return environ
 
 
 def format_state(st: dict[str, Any]) -> str:
-    """`nccl show` text from sitehook.state()."""
+    """`nccl show` text from nccl_hook.state()."""
     t = st["target"]
     out = [f"environment: {t['executable']} (Python {t['version']})",
            f"site-packages: {t['site_packages']}"]
@@ -266,18 +260,44 @@ def format_state(st: dict[str, Any]) -> str:
                    f"{act['topology']}) via {act['hook']}: {act['path']}")
     elif not st["installed"]:
         out.append("managed block: none (`sglang-blackwell nccl install` adds one)")
+    nc = st.get("nccl_conf") or {}
+    if act and act.get("nccl_conf"):
+        out.append(f"NCCL config mode: the same profile in {act['nccl_conf']}, for every NCCL program that gets "
+                   f"{conf.CONF_ENV}={act['nccl_conf']}")
     ks = st["kill_switch"]
     if ks["engaged"]:
-        out.append(f"kill switch: {ks['variable']}={ks['value']}: the managed block sets nothing")
+        out.append(f"kill switch: {ks['variable']}={ks['value']}: the managed block sets nothing"
+                   + (f" and NCCL skips {act['nccl_conf']}" if act and act.get("nccl_conf") else ""))
+    if nc.get("off"):
+        out.append(f"off: {nc['off']}")
+    if nc.get("files"):
+        out += ["", f"NCCL config files, read as {nc['rules']['label']} reads them ({nc['rules']['source']}; "
+                    "the first file read wins):"]
+        for f in nc["files"]:
+            what = (f"unreadable ({f['error']})" if f["error"] else
+                    f"{len(f['values'])} variable(s)" + (" (holds the sglang-blackwell block)"
+                                                         if f["managed_block"] else "") if f["exists"]
+                    else "absent")
+            out.append(f"  {f['role'] + ': ' if f['role'] != f['path'] else ''}{f['path']}: {what}")
+        for b in nc.get("blocks", []):
+            if not b["active"]:
+                out.append(f"  block in {b['path']} (profile {b['profile']}) is not read here: {b['why_inactive']}")
+        for h in nc.get("hazards", []):
+            out.append(f"  check: {h}")
     rows = st["env"]
     out.append("")
     if rows:
         out.append("NCCL variables a fresh interpreter of this environment gets:")
+        def shown(v: str | None) -> str:
+            return "-" if v is None else v if v.isprintable() and v == v.strip() and v else repr(v)
+
         w = max(len(r["key"]) for r in rows)
-        vw = max(len(r["value"] or "-") for r in rows)
+        vw = max(len(shown(r["value"])) for r in rows)
         for r in rows:
             src = {"default": "default (NCCL decides)", "pth": ".pth hook"}.get(r["source"], r["source"])
-            line = f"  {r['key'].ljust(w)}  {(r['value'] or '-').ljust(vw)}  {src}"
+            if src.startswith("nccl-conf "):
+                src = f"NCCL config block {src[len('nccl-conf '):]}"
+            line = f"  {r['key'].ljust(w)}  {shown(r['value']).ljust(vw)}  {src}"
             out.append(line + (f"  [{r['note']}]" if r["note"] else ""))
     else:
         out.append("NCCL variables: none set (NCCL decides everything)")

@@ -6,8 +6,15 @@ Where it goes (found by running the target interpreter, never by guessing):
                  /usr/lib/python3.X/sitecustomize.py, which shadows a venv's own), a `.pth` file in
                  site-packages imports a small module holding the same block. site runs .pth files before
                  sitecustomize, in every interpreter, including spawned TP workers.
+  nccl-conf      (`install --nccl-conf PATH`, next to one of the two above) the profile also goes into an NCCL
+                 config file as the same kind of delimited block, for NCCL programs not started by Python;
+                 NCCL reads it where NCCL_CONF_FILE names it. The startup block then records the path: it
+                 applies the profile only while NCCL would read that file (NCCL_CONF_FILE unset or naming it),
+                 and its kill switch also points NCCL_CONF_FILE at /dev/null.
 The block only touches os.environ (os is already imported at that point): no torch, NVML or CUDA.
-Writes happen under an exclusive lock on the site-packages directory, through a temp file + os.replace.
+Every file that holds a block (sitecustomize.py, an NCCL config file) is edited by one path: put_block /
+strip_block, under an exclusive lock on its directory, through a temp file + os.replace; the user's bytes
+around the block are kept as they are.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UserError
-from .nccl import APPLIED_ENV, KILL_SWITCH, OFF_VALUES, Resolution
+from . import nccl_conf as conf
+from .nccl import APPLIED_ENV, CONF_WAS_ENV, KILL_SWITCH, OFF_VALUES, Resolution
 
 BEGIN = b"# >>> sglang-blackwell nccl >>>"
 END = b"# <<< sglang-blackwell nccl <<<"
@@ -39,6 +47,7 @@ HOOK_MODULE = "_sglang_blackwell_nccl"
 PTH_FILE = "sglang_blackwell_nccl.pth"
 SITECUSTOMIZE = "sitecustomize.py"
 HOOKS = ("sitecustomize", "pth")
+CONF_HOOK = "nccl-conf"
 LOCK_TIMEOUT_S = 60.0
 
 _BEGIN_RE = re.compile(rb"(?m)^" + re.escape(BEGIN))
@@ -54,6 +63,17 @@ norm = lambda p: os.path.normcase(os.path.realpath(p))
 path = [p for p in sys.path if p]  # '' is the -c script directory, added after startup
 spec = PathFinder.find_spec("sitecustomize", path)
 loaded = sys.modules.get("sitecustomize")
+def nccl():  # the NCCL wheel of this environment (torch's CUDA builds load it), for its config-file rules
+    try:
+        from importlib.metadata import version
+    except ImportError:
+        return None
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12"):
+        try:
+            return [dist, version(dist)]
+        except Exception:
+            pass
+    return None
 print("SGLB-PROBE " + json.dumps({
     "executable": sys.executable,
     "version": "%d.%d.%d" % sys.version_info[:3],
@@ -65,6 +85,7 @@ print("SGLB-PROBE " + json.dumps({
     "sitecustomize_loaded": getattr(loaded, "__file__", None),
     "no_site": bool(sys.flags.no_site),
     "environ": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "SGLANG_BLACKWELL_"))},
+    "nccl": nccl(),
 }))
 """
 
@@ -79,6 +100,14 @@ class Target:
     purelib_on_path: bool
     sitecustomize: str | None  # the file `import sitecustomize` resolves to at startup
     environ: dict[str, str]  # NCCL_* / SGLANG_BLACKWELL_* of a fresh interpreter (its managed block ran)
+    nccl: tuple[str, str] | None = None  # (distribution, version) of its NCCL wheel
+
+    @property
+    def conf_rules(self) -> conf.Rules:
+        """How this environment's NCCL reads its config files."""
+        if self.nccl:
+            return conf.rules_for(self.nccl[1], f"{self.nccl[0]} in this environment")
+        return conf.rules_for(None)
 
     @property
     def sitecustomize_path(self) -> Path:
@@ -136,19 +165,47 @@ def probe(python: str | None = None, environ: dict[str, str] | None = None) -> T
         raise UserError(f"--python {exe}: runs without the site module (-S), so no startup hook can apply")
     return Target(python=exe, executable=d["executable"], version=d["version"], prefix=d["prefix"],
                   purelib=Path(d["purelib"]), purelib_on_path=d["purelib_on_path"],
-                  sitecustomize=d["sitecustomize"], environ=d["environ"])
+                  sitecustomize=d["sitecustomize"], environ=d["environ"],
+                  nccl=tuple(d["nccl"]) if d.get("nccl") else None)
 
 
 # ---- the block ------------------------------------------------------------------------------------------
-def render_block(meta: dict[str, Any], env: dict[str, str]) -> bytes:
+def _meta_line(meta: dict[str, Any]) -> str:
+    # no '=' even inside strings: NCCL < 2.26 reads '#' lines of a config file like any other line
+    return META.decode() + json.dumps(meta, sort_keys=True).replace("=", "\\u003d")
+
+
+def render_block(meta: dict[str, Any], env: dict[str, str], conf_path: str | None = None) -> bytes:
+    """The startup block (Python). conf_path: the NCCL config file that holds the same profile (NCCL-config
+    mode): the profile then applies only while NCCL would read that file, and the kill switch points
+    NCCL_CONF_FILE away from it, so that NCCL in this process and its children skips it too."""
     off = ", ".join(repr(v) for v in OFF_VALUES)
-    lines = [
+    head = [
         BEGIN.decode() + " (managed: `sglang-blackwell nccl uninstall` removes it; edits here are lost)",
-        META.decode() + json.dumps(meta, sort_keys=True),
+        _meta_line(meta),
         "def _sglang_blackwell_nccl(environ):",
         f"    # NCCL profile {meta['profile']!r}: values already set win; {KILL_SWITCH}=0 disables it",
-        f"    if environ.get({KILL_SWITCH!r}, '').strip().lower() in ({off}):",
-        "        return",
+    ]
+    if conf_path is None:
+        gate = [f"    if environ.get({KILL_SWITCH!r}, '').strip().lower() in ({off}):",
+                "        return"]
+    else:
+        gate = [
+            f"    # {conf_path!r} holds it for every NCCL program: NCCL_CONF_FILE naming another file turns it",
+            "    # off here too; the kill switch points NCCL_CONF_FILE at /dev/null where it named that file",
+            f"    conf, real = {conf_path!r}, __import__('os').path.realpath",
+            f"    named, home = environ.get({conf.CONF_ENV!r}, ''), environ.get('HOME', '')",
+            "    read = named or (home + '/.nccl.conf' if home else '')",
+            "    ours = bool(read) and real(read) == real(conf)",
+            f"    if environ.get({KILL_SWITCH!r}, '').strip().lower() in ({off}):",
+            "        if ours:",
+            f"            environ[{CONF_WAS_ENV!r}] = named",
+            f"            environ[{conf.CONF_ENV!r}] = '/dev/null'",
+            "        return",
+            "    if named and not ours:",
+            "        return",
+        ]
+    body = [
         f"    applied = [k for k in environ.get({APPLIED_ENV!r}, '').split(',') if k]",
         "    for key, value in (",
         *[f"        ({k!r}, {v!r})," for k, v in env.items()],
@@ -162,6 +219,21 @@ def render_block(meta: dict[str, Any], env: dict[str, str]) -> bytes:
         "",
         "_sglang_blackwell_nccl(__import__('os').environ)",
         "del _sglang_blackwell_nccl",
+        END.decode(),
+    ]
+    return ("\n".join(head + gate + body) + "\n").encode("ascii")
+
+
+def render_conf_block(meta: dict[str, Any], conf_text: str) -> bytes:
+    """The block for an NCCL config file: markers and meta as comments, then the profile's NAME=value lines
+    (nccl.nccl_conf). Lines above the block win over it (NCCL keeps a name's first line)."""
+    lines = [
+        BEGIN.decode() + " (managed: `sglang-blackwell nccl uninstall` removes it; edits here are lost)",
+        _meta_line(meta),
+        "# lines above this block win over it; variables set in the environment win over the whole file;",
+        "# off for every process: point NCCL_CONF_FILE at /dev/null (in Python processes also: the kill switch",
+        f"# {KILL_SWITCH} set to 0)",
+        *conf_text.rstrip("\n").split("\n"),
         END.decode(),
     ]
     return ("\n".join(lines) + "\n").encode("ascii")
@@ -237,13 +309,23 @@ def locked(directory: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _check_writable(directory: Path) -> None:
+@contextmanager
+def locked_all(directories: list[Path]) -> Iterator[None]:
+    """locked() on each distinct directory, always in the same order (no deadlock between two installs)."""
+    unique = {os.path.realpath(d): d for d in directories}
+    with contextlib.ExitStack() as stack:
+        for key in sorted(unique):
+            stack.enter_context(locked(unique[key]))
+        yield
+
+
+def _check_writable(directory: Path, hint: str = "Run as the environment's owner, or pass --python for an "
+                                                 "environment you can write") -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".sglang-blackwell-", suffix=".probe", dir=directory)
     except OSError as e:
         why = "read-only file system" if e.errno == errno.EROFS else (e.strerror or str(e))
-        raise UserError(f"{directory}: cannot write there ({why}); nothing was changed. Run as the "
-                        "environment's owner, or pass --python for an environment you can write") from None
+        raise UserError(f"{directory}: cannot write there ({why}); nothing was changed. {hint}") from None
     os.close(fd)
     os.unlink(tmp)
 
@@ -293,13 +375,41 @@ def _read(path: Path) -> bytes | None:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 
 
+def put_block(path: Path, block_for) -> bool:
+    """The one way a managed block goes into a file (sitecustomize.py, an NCCL config file): replaced in place
+    or appended after the user's bytes (with_block), written atomically when the bytes change. True: written."""
+    data = _read(path)
+    new = with_block(data, block_for, str(path))
+    if new == data:
+        return False
+    _write_atomic(path, new)
+    return True
+
+
+def strip_block(path: Path, data: bytes | None = None) -> str | None:
+    """The one way a managed block leaves a file: the bytes install added are removed, the rest kept; a file
+    install created and that now holds nothing else is removed. "removed", "written", or None (no block)."""
+    data = _read(path) if data is None else data
+    if data is None:
+        return None
+    b = find_block(data, str(path))
+    if b is None:
+        return None
+    rest = without_block(data, b)
+    if b.meta.get("created_file") and not rest:
+        _remove(path)
+        return "removed"
+    _write_atomic(path, rest)
+    return "written"
+
+
 # ---- what is installed ------------------------------------------------------------------------------------
 @dataclass
 class Installed:
-    hook: str  # "sitecustomize" or "pth"
+    hook: str  # "sitecustomize", "pth" or "nccl-conf"
     path: Path  # the file holding the block
     meta: dict[str, Any]
-    active: bool  # does interpreter startup run it?
+    active: bool  # does interpreter startup run it? (nccl-conf: does NCCL read the file here?)
     why_inactive: str = ""
 
     @property
@@ -310,15 +420,22 @@ class Installed:
     def env(self) -> dict[str, str]:
         return {k: v for k, v in self.meta.get("env", [])}
 
+    @property
+    def nccl_conf(self) -> str | None:
+        """The NCCL config file a startup block names (NCCL-config mode)."""
+        return self.meta.get("nccl_conf") if self.hook in HOOKS else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"hook": self.hook, "path": str(self.path), "active": self.active,
                 "why_inactive": self.why_inactive, "profile": self.profile,
                 "requested": self.meta.get("requested"), "class": self.meta.get("class"),
-                "topology": self.meta.get("topology"), "env": self.env}
+                "topology": self.meta.get("topology"), "env": self.env, "nccl_conf": self.nccl_conf}
 
 
-def installed(target: Target) -> list[Installed]:
-    """Managed blocks in the target's site-packages (normally zero or one)."""
+def installed(target: Target, rules: conf.Rules | None = None) -> list[Installed]:
+    """Managed blocks: the startup blocks in the target's site-packages (normally zero or one), then the NCCL
+    config-file blocks, in the files a startup block names and in the files NCCL reads in a fresh
+    interpreter of the target."""
     out = []
     sc = _read(target.sitecustomize_path)
     if sc is not None:
@@ -336,7 +453,47 @@ def installed(target: Target) -> list[Installed]:
             if not target.purelib_on_path:
                 why = f"{target.purelib} is not on sys.path"
             out.append(Installed("pth", target.module_path, b.meta, not why, why))
+    return out + _conf_blocks(target, [b.nccl_conf for b in out if b.nccl_conf], rules or target.conf_rules)
+
+
+def _conf_blocks(target: Target, recorded: list[str], rules: conf.Rules) -> list[Installed]:
+    env = target.environ
+    reads = [p for p, _ in conf.files_read(env, rules)]
+    out = []
+    for path in dict.fromkeys([*map(Path, recorded), *reads]):
+        try:
+            data = _read(path)
+        except UserError:
+            continue  # unreadable here: state() reports it with the file
+        b = find_block(data, str(path)) if data is not None else None
+        if b is None:
+            continue
+        active = any(conf.same_file(path, r) for r in reads)
+        why = "" if active else _conf_unread_why(path, env)
+        out.append(Installed(CONF_HOOK, path, b.meta, active, why))
     return out
+
+
+def _conf_unread_why(path: Path, env: dict[str, str]) -> str:
+    named = env.get(conf.CONF_ENV, "")
+    if CONF_WAS_ENV in env:
+        return (f"{KILL_SWITCH}={env.get(KILL_SWITCH)}: the startup block pointed {conf.CONF_ENV} at {named} "
+                "(the profile is off)")
+    if named:
+        return f"{conf.CONF_ENV} names {named}: NCCL reads that file instead (the profile is off)"
+    return (f"{conf.CONF_ENV} is not set here: NCCL reads ~/.nccl.conf instead, so NCCL programs not started by "
+            f"this environment's Python do not get the profile (set {conf.CONF_ENV}={path} for every process: "
+            "docs/nccl-and-doctor.md)")
+
+
+def conf_mode_off(conf_path: str | None, environ: dict[str, str]) -> str | None:
+    """Why a startup block in NCCL-config mode applies nothing in a process with this environment, where the
+    reason is the user's NCCL_CONF_FILE (naming another file turns the profile off for every process)."""
+    named = environ.get(conf.CONF_ENV, "")
+    if not conf_path or not named or CONF_WAS_ENV in environ or conf.same_file(named, conf_path):
+        return None
+    return (f"{conf.CONF_ENV}={named} names another file than {conf_path}: NCCL reads that one, and the startup "
+            "block applies nothing (the profile is off in every process that gets this environment)")
 
 
 # ---- install / uninstall ----------------------------------------------------------------------------------
@@ -348,6 +505,9 @@ class Change:
     message: str
     env: list = field(default_factory=list)  # install: EnvRows of a fresh interpreter right after writing
     problems: list[str] = field(default_factory=list)
+    nccl_conf: Path | None = None  # install: the NCCL config file written
+    conf_env: list = field(default_factory=list)  # install: (name, value, where) NCCL takes from that file
+    notes: list[str] = field(default_factory=list)  # install: how NCCL_CONF_FILE reaches other programs
 
 
 def _check_site(target: Target) -> None:
@@ -358,6 +518,25 @@ def _check_site(target: Target) -> None:
     if not target.purelib_on_path:
         raise UserError(f"{site}: not on sys.path of {target.executable}, so no hook there would run; "
                         "nothing was changed")
+
+
+def conf_target(path: str | os.PathLike, opt: str = "--nccl-conf") -> Path:
+    """An NCCL config file we may write: absolute, in an existing directory, not a directory itself, and not
+    /etc/nccl.conf (NCCL reads it in every process after the user's file: a profile there could not be
+    switched off)."""
+    p = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+    if conf.same_file(p, conf.ETC_CONF):
+        raise UserError(f"{opt} {path}: NCCL reads {conf.ETC_CONF} in every process, after the user's file, so a "
+                        f"profile there could not be switched off; use a file of ours named by {conf.CONF_ENV} "
+                        "(e.g. /etc/sglang-blackwell/nccl.conf)")
+    if len(str(p)) > conf.NAME_MAX:
+        raise UserError(f"{opt} {path}: longer than the {conf.NAME_MAX} characters NCCL reads of {conf.CONF_ENV}")
+    if p.is_dir():
+        raise UserError(f"{opt} {path}: is a directory (give the config file's path)")
+    if not p.parent.is_dir():
+        raise UserError(f"{opt} {path}: directory {p.parent} does not exist; nothing was changed (create it "
+                        "first)")
+    return p
 
 
 def choose_hook(target: Target, hook: str = "auto") -> tuple[str, str]:
@@ -375,34 +554,68 @@ def choose_hook(target: Target, hook: str = "auto") -> tuple[str, str]:
     return "sitecustomize", "no other sitecustomize comes first on sys.path"
 
 
+def conf_hints(path: Path) -> list[str]:
+    """How NCCL_CONF_FILE gets to programs not started by Python: the user's choice, never written by us."""
+    return [f"{conf.CONF_ENV} does not name {path} here. NCCL programs not started by this environment's Python "
+            f"(nccl-tests, other runtimes) read the file only where {conf.CONF_ENV} names it, e.g.:",
+            f"  image (Dockerfile):   ENV {conf.CONF_ENV}={path}",
+            f"  every login shell:    echo 'export {conf.CONF_ENV}={path}' | sudo tee "
+            "/etc/profile.d/sglang-blackwell-nccl.sh",
+            f"  every PAM session:    add the line {conf.CONF_ENV}={path} to /etc/environment",
+            f"off for every process: {conf.CONF_ENV}=/dev/null (Python processes also honour {KILL_SWITCH}=0)"]
+
+
 def install(target: Target, res: Resolution, hook: str = "auto",
-            environ: dict[str, str] | None = None) -> Change:
+            environ: dict[str, str] | None = None, nccl_conf: str | os.PathLike | None = None) -> Change:
     """Write the block for `res` (replacing any earlier one), then, still under the lock, start a fresh
     interpreter of the target and check that it gets the profile. environ: the user's environment for that
-    check (default: this process's, minus what a managed block set)."""
+    check (default: this process's, minus what a managed block set). nccl_conf: also write the profile into
+    this NCCL config file (default: the file an earlier install recorded, if any)."""
     from .nccl import effective_env, kill_switch_engaged, user_environ
+    from .nccl import nccl_conf as render_conf
 
     _check_site(target)
     chosen, why = choose_hook(target, hook)
+    rules = target.conf_rules
+    earlier = next((b.nccl_conf for b in installed(target, rules) if b.nccl_conf), None)
+    conf_path = conf_target(nccl_conf) if nccl_conf else None
+    kept = False
+    if conf_path is None and earlier:
+        conf_path, kept = conf_target(earlier, "the NCCL config file of the earlier install,"), True
+    moved_from = (Path(earlier) if earlier and conf_path and not conf.same_file(earlier, conf_path)
+                  and Path(earlier).parent.is_dir() else None)
     meta_base = {"schema": 1, "hook": chosen, "profile": res.profile.name, "requested": res.requested,
                  "class": res.topology_class, "topology": res.topology,
                  "env": [[k, v] for k, v in res.profile.env.items()],
                  "tool": f"sglang-blackwell {__version__}"}
+    py_meta = dict(meta_base, **({"nccl_conf": str(conf_path)} if conf_path else {}))
+    conf_body = render_conf(res.profile, res.requested)
 
     def block_for(joined: bool, created: bool) -> bytes:
-        return render_block(dict(meta_base, joined_newline=joined, created_file=created), res.profile.env)
+        return render_block(dict(py_meta, joined_newline=joined, created_file=created), res.profile.env,
+                            str(conf_path) if conf_path else None)
+
+    def conf_block_for(joined: bool, created: bool) -> bytes:
+        return render_conf_block(dict(meta_base, hook=CONF_HOOK, joined_newline=joined, created_file=created),
+                                 conf_body)
 
     site = target.purelib
-    with locked(site):
+    conf_dirs = [p.parent for p in (conf_path, moved_from) if p is not None]
+    with locked_all([site, *conf_dirs]):
         _check_writable(site)
+        for d in conf_dirs:
+            _check_writable(d, "Run as the owner of that directory, or pass --nccl-conf with a path you can write")
         written: list[Path] = []
         removed: list[Path] = []
         sc_path, mod_path, pth_path = target.sitecustomize_path, target.module_path, target.pth_path
         sc = _read(sc_path)
+        if conf_path is not None and put_block(conf_path, conf_block_for):
+            written.append(conf_path)
+        if moved_from is not None:
+            r = strip_block(moved_from)
+            (removed if r == "removed" else written).extend([moved_from] if r else [])
         if chosen == "sitecustomize":
-            new = with_block(sc, block_for, str(sc_path))
-            if new != sc:
-                _write_atomic(sc_path, new)
+            if put_block(sc_path, block_for):
                 written.append(sc_path)
             removed += _remove_pth_hook(target)
             where = str(sc_path)
@@ -417,19 +630,38 @@ def install(target: Target, res: Resolution, hook: str = "auto",
                 _write_atomic(pth_path, pth)
                 written.append(pth_path)
             if sc is not None:  # an earlier install into a sitecustomize.py that does not (or no longer) run
-                r = _strip_sitecustomize(sc_path, sc)
+                r = strip_block(sc_path, sc)
                 (removed if r == "removed" else written).extend([sc_path] if r else [])
             where = f"{pth_path} -> {mod_path}"
         user = user_environ(environ)
         fresh = probe(target.python, user).environ
+        conf_file = conf.read(conf_path, "--nccl-conf", rules) if conf_path else None
     rows = effective_env(fresh, user, block_env=res.profile.env, hook=chosen, files=[])
-    problems = []
+    problems, notes = [], []
+    off = conf_mode_off(str(conf_path) if conf_path else None, user)
     missing = [k for k in res.profile.env if k not in fresh]
-    if missing and not kill_switch_engaged(fresh):
+    if off:
+        notes.append(f"note: {off}")
+    elif missing and not kill_switch_engaged(fresh):
         problems.append(f"a fresh {target.executable} does not get {missing} after the install: its startup "
                         f"does not run {where} (try --hook pth)")
     msg = f"installed profile {res.profile.name} ({res.reason}) via {chosen}: {where}; {why}"
-    return Change(chosen, written, removed, msg, [r for r in rows if r.key in res.profile.env], problems)
+    conf_env = []
+    if conf_file is not None:
+        msg += f"\nNCCL config file {conf_path}" + (" (kept from the earlier install)" if kept else "")
+        vals = conf_file.values
+        for k, v in res.profile.env.items():
+            e = vals.get(k)
+            if e is None:
+                problems.append(f"{conf_path}: NCCL would not read {k}={v} from it")
+            elif e.value != v:
+                notes.append(f"note: {conf_path} line {e.line}, above the block, sets {k}={e.value!r}: NCCL keeps "
+                             "that one (your lines win)")
+            conf_env.append((k, e.value if e else None, f"line {e.line}" if e else "-"))
+        if not conf.same_file(user.get(conf.CONF_ENV) or os.devnull, conf_path):
+            notes += conf_hints(conf_path)
+    return Change(chosen, written, removed, msg, [r for r in rows if r.key in res.profile.env], problems,
+                  conf_path, conf_env, notes)
 
 
 def _remove_pth_hook(target: Target) -> list[Path]:
@@ -444,52 +676,72 @@ def _remove_pth_hook(target: Target) -> list[Path]:
     return gone
 
 
-def _strip_sitecustomize(path: Path, data: bytes) -> str | None:
-    b = find_block(data, str(path))
-    if b is None:
-        return None
-    rest = without_block(data, b)
-    if b.meta.get("created_file") and not rest:
-        _remove(path)
-        return "removed"
-    _write_atomic(path, rest)
-    return "written"
-
-
-def uninstall(target: Target) -> Change:
+def uninstall(target: Target, nccl_conf: str | os.PathLike | None = None) -> Change:
+    """Remove every managed block: the startup block, and the NCCL config-file block (in `nccl_conf`, else
+    in the file the startup block names and in the files NCCL reads here)."""
     site = target.purelib
-    if not site.is_dir():
+    site_ok = site.is_dir()
+    blocks = installed(target) if site_ok else _conf_blocks(target, [], target.conf_rules)
+    confs = ([Path(os.path.abspath(os.path.expanduser(os.fspath(nccl_conf))))] if nccl_conf
+             else [b.path for b in blocks if b.hook == CONF_HOOK])
+    confs = [p for p in confs if p.parent.is_dir()]
+    if not site_ok and not confs:
         return Change("", [], [], f"{site}: no site-packages directory, nothing installed")
-    with locked(site):
-        sc = _read(target.sitecustomize_path)
+    with locked_all([*([site] if site_ok else []), *(p.parent for p in confs)]):
+        sc = _read(target.sitecustomize_path) if site_ok else None
         has_sc = sc is not None and find_block(sc, str(target.sitecustomize_path)) is not None
-        mod = _read(target.module_path)
-        has_pth = target.pth_path.exists() or (
-            mod is not None and find_block(mod, str(target.module_path)) is not None)
-        if not has_sc and not has_pth:
-            return Change("", [], [], f"no sglang-blackwell NCCL block in {site}; nothing to do")
-        _check_writable(site)
+        mod = _read(target.module_path) if site_ok else None
+        has_pth = site_ok and (target.pth_path.exists() or (
+            mod is not None and find_block(mod, str(target.module_path)) is not None))
+        conf_data = {p: d for p in confs if (d := _read(p)) is not None and find_block(d, str(p)) is not None}
+        if not has_sc and not has_pth and not conf_data:
+            where = " or ".join(map(str, [site, *confs]))
+            return Change("", [], [], f"no sglang-blackwell NCCL block in {where}; nothing to do")
+        if has_sc or has_pth:
+            _check_writable(site)
+        for p in conf_data:
+            _check_writable(p.parent, "Run as the owner of that directory")
         written, removed = [], []
+        for p, d in conf_data.items():
+            r = strip_block(p, d)
+            (removed if r == "removed" else written).append(p)
         if has_sc:
-            r = _strip_sitecustomize(target.sitecustomize_path, sc)
+            r = strip_block(target.sitecustomize_path, sc)
             (removed if r == "removed" else written).append(target.sitecustomize_path)
-        removed += _remove_pth_hook(target)
+        if site_ok:
+            removed += _remove_pth_hook(target)
     parts = [f"restored {p}" for p in written] + [f"removed {p}" for p in removed]
     return Change("", written, removed, "; ".join(parts))
 
 
 # ---- state: what `nccl show` and `doctor` report ----------------------------------------------------------
 def state(python: str | None = None, *, profiles: dict | None = None, requested: str | None = None,
-          topology=None, environ: dict[str, str] | None = None) -> dict[str, Any]:
+          topology=None, environ: dict[str, str] | None = None, nccl_version: str | None = None) -> dict[str, Any]:
     """Everything about NCCL tuning in the target environment, as plain data:
-    target, installed blocks (and whether they run / still fit the hardware), the variables a fresh
-    interpreter gets with their sources, and (requested) what a profile would set."""
+    target, installed blocks (and whether they run / still fit the hardware), NCCL's config files as that
+    environment's NCCL reads them (nccl_version: that NCCL's version, default: the environment's NCCL wheel),
+    the variables a fresh interpreter gets with their sources, and (requested) what a profile would set."""
     from .nccl import effective_env, kill_switch_engaged, load_profiles, resolve, user_environ
 
     profiles = profiles if profiles is not None else load_profiles()
     user = user_environ(environ)
     target = probe(python, user)
-    blocks = installed(target)
+    rules = conf.rules_for(nccl_version, "the NCCL in use") if nccl_version else target.conf_rules
+    files = conf.read_all(target.environ, rules)
+    hazards = []
+    for cf in files:
+        try:
+            b = find_block(cf.data, str(cf.path)) if cf.data else None
+        except UserError as e:
+            hazards.append(str(e))
+            b = None
+        cf.managed = (b.start, b.end) if b else None
+        hazards += [f"{cf.path}: {h}" for h in cf.hazards]
+        if cf.error:
+            hazards.append(f"{cf.path}: NCCL cannot read it either ({cf.error}): it is skipped")
+    every = installed(target, rules)
+    blocks = [b for b in every if b.hook in HOOKS]
+    conf_blocks = [b for b in every if b.hook == CONF_HOOK]
     active = next((b for b in blocks if b.active), None)
     res = None
     if requested or topology is not None:
@@ -499,16 +751,31 @@ def state(python: str | None = None, *, profiles: dict | None = None, requested:
         res = resolve(requested or "auto", topology, profiles)
     extra = list(res.profile.env) if res else []
     rows = effective_env(target.environ, user, block_env=active.env if active else None,
-                         hook=active.hook if active else None, extra_keys=extra)
+                         hook=active.hook if active else None, extra_keys=extra, files=files)
     problems = [f"managed block in {b.path} is inactive: {b.why_inactive} (fix: sglang-blackwell nccl install"
                 f"{' --python ' + python if python else ''})" for b in blocks if not b.active]
     if len(blocks) > 1:
         problems.append(f"{len(blocks)} managed blocks found ({', '.join(str(b.path) for b in blocks)}); "
                         "fix: sglang-blackwell nccl install (keeps one)")
-    if active and active.env:
+    off = conf_mode_off(active.nccl_conf, target.environ) if active else None
+    if active and active.env and not off:
         missing = [k for k in active.env if k not in target.environ]
         if missing and not kill_switch_engaged(target.environ):
             problems.append(f"the block in {active.path} ran, yet a fresh interpreter lacks {missing}")
+    conf_fix = None
+    if hazards:
+        conf_fix = ("edit the lines named: NCCL reads each line byte for byte (no spaces around '=', LF line "
+                    "ends, the first line for a name wins)")
+    for b in conf_blocks:
+        if b.active and conf.same_file(b.path, conf.ETC_CONF):
+            problems.append(f"a profile block in {conf.ETC_CONF}: NCCL reads it in every process, so it cannot be "
+                            "switched off (fix: sglang-blackwell nccl uninstall, which removes it, then install "
+                            "--nccl-conf <a file of ours named by NCCL_CONF_FILE>)")
+        elif not b.active and not off and CONF_WAS_ENV not in target.environ \
+                and not target.environ.get(conf.CONF_ENV):
+            problems.append(f"NCCL config block in {b.path} is not read here: {b.why_inactive}")
+            conf_fix = (f"set {conf.CONF_ENV}={b.path} for every process (image: ENV; a box: /etc/environment or "
+                        "/etc/profile.d; see docs/nccl-and-doctor.md)")
     return {
         "target": target.to_dict(),
         "installed": [b.to_dict() for b in blocks],
@@ -516,6 +783,9 @@ def state(python: str | None = None, *, profiles: dict | None = None, requested:
         "kill_switch": {"variable": KILL_SWITCH, "value": target.environ.get(KILL_SWITCH),
                         "engaged": kill_switch_engaged(target.environ)},
         "env": [r.to_dict() for r in rows],
+        "nccl_conf": {"rules": dict(rules.to_dict(), label=rules.label), "files": [cf.to_dict() for cf in files],
+                      "blocks": [b.to_dict() for b in conf_blocks], "hazards": hazards, "off": off,
+                      "fix": conf_fix},
         "profile": ({"requested": res.requested, "name": res.profile.name, "reason": res.reason,
                      "class": res.topology_class, "topology": res.topology, "env": dict(res.profile.env),
                      "fits": res.profile.fits_class(res.topology_class),

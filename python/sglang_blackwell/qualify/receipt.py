@@ -9,6 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .attachments import Attachment
+from .attachments import summary as attachment_summary
 from .plan import STEPS, Plan
 from .steps import StepResult, _read_json, allreduce_tp
 
@@ -32,9 +34,12 @@ def installed_base() -> str | None:
 
 
 def build_receipt(plan: Plan, results: list[StepResult], *, interrupted: str | None,
-                  versions: dict[str, Any] | None = None) -> dict[str, Any]:
+                  versions: dict[str, Any] | None = None,
+                  attachments: list[Attachment] | None = None) -> dict[str, Any]:
     from ..box import nvidia_smi as nvidia
     from ..receipts import make_receipt
+
+    attachments = attachments or []
 
     topo = plan.topology
     machine = topo.machine()
@@ -50,6 +55,7 @@ def build_receipt(plan: Plan, results: list[StepResult], *, interrupted: str | N
         "passed": [r.step for r in results if r.verdict == "passed"],
         "failed": [r.step for r in results if r.verdict == "failed"],
         "skipped": [r.step for r in results if r.verdict == "skipped"],
+        "attachments": attachment_summary(attachments),
     }
     if topo.is_simulated:
         summary["note"] = (f"topology simulated ({topo.source}): the GPU steps ran against a machine "
@@ -60,7 +66,7 @@ def build_receipt(plan: Plan, results: list[StepResult], *, interrupted: str | N
                         options=plan.options, checkout=str(plan.checkout) if plan.checkout else None,
                         eagle3_config=_eagle3_record(plan), interrupted=interrupted,
                         complete=interrupted is None, pack=str(plan.pack) if plan.pack else None,
-                        warnings=plan.warnings)
+                        warnings=plan.warnings, attachments=[a.to_dict() for a in attachments])
 
 
 def _eagle3_record(plan: Plan) -> dict[str, Any] | None:
@@ -109,4 +115,11 @@ def format_table(results: list[StepResult]) -> str:
         t = f"{r.wall_s:7.0f} s" if r.wall_s is not None else " " * 9
         lines.append(f"  {r.step.ljust(w)}  {r.verdict.upper():7s} {t}  {r.receipt or '-'}"
                      + (f"\n  {' ' * w}  {r.reason}" if r.reason else ""))
+    return "\n".join(lines)
+
+
+def format_attachments(attachments: list[Attachment]) -> str:
+    lines = ["issue files (what upstream's issue templates ask for):"]
+    for a in attachments:
+        lines.append(f"  {a.name.ljust(15)}  {a.status:11s}  {a.file or '-'}" + (f"  ({a.reason})" if a.reason else ""))
     return "\n".join(lines)

@@ -19,18 +19,25 @@ Output directory (default benchmark/results/qualify-<UTC time>/ in a checkout, e
   allreduce/            allreduce-tp<N>.json (+ .png), allreduce_table.json (the tuned dispatch table)
   eagle3/               bench-eagle3_*.json, its runs, plots and server logs (+ the config, if rewritten)
   logs/<step>.log       everything each step printed
+  issue/                what upstream's issue templates ask for: check_env.txt (`python -m sglang.check_env`),
+                        nvidia-smi-topo.txt (`nvidia-smi topo -m`); NCCL's topology dump (NCCL_TOPO_DUMP_FILE)
+                        of the allreduce step is allreduce/nccl-topo.xml. qualify.json lists each under
+                        `attachments`, or says why it could not be had (no sglang, no nvidia-smi, no GPU)
 --pack FILE.tar.gz bundles the directory (rank > 0 profiler traces left out).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from dataclasses import asdict
 
+from .attachments import before_steps, nccl_topo_dump
 from .plan import DEFAULT_TEMPLATE, STEPS, make_plan
-from .receipt import RECEIPT_NAME, _step_versions, build_receipt, format_table, pack
-from .steps import GPU_TEST_TARGETS, run_steps
+from .receipt import RECEIPT_NAME, _step_versions, build_receipt, format_attachments, format_table, pack
+from .steps import GPU_TEST_TARGETS, StepResult, run_steps
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,15 +87,25 @@ def run(a: argparse.Namespace) -> int:
     for w in plan.warnings:
         progress(f"warning: {w}")
     with signals_as_interrupt():
-        results, interrupted = run_steps(plan, progress)
+        attachments = before_steps(plan)
+        interrupted = next((a.reason for a in attachments if a.status == "failed"
+                            and (a.reason or "").startswith("interrupted")), None)
+        if interrupted:
+            results = [StepResult(s, "skipped", "not run: interrupted") for s in STEPS]
+        else:
+            results, interrupted = run_steps(plan, progress)
+        allreduce = next((asdict(r) for r in results if r.step == "allreduce"), None)
+        attachments.append(nccl_topo_dump(plan, allreduce, dict(os.environ)))
         versions = _step_versions(plan, results) or collect_versions()
-        receipt = build_receipt(plan, results, interrupted=interrupted, versions=versions)
+        receipt = build_receipt(plan, results, interrupted=interrupted, versions=versions,
+                                attachments=attachments)
         path = write_receipt(receipt, plan.out / RECEIPT_NAME)
         packed = None
         if plan.pack:
             packed = pack(plan.out, plan.pack)
     print(f"qualify: {receipt['summary']['machine']}: {receipt['summary']['status'].upper()}")
     print(format_table(results))
+    print(format_attachments(attachments))
     print(f"receipt: {path}")
     if packed:
         print(f"pack: {packed} ({packed.stat().st_size / 2**20:.2f} MiB): send this file back")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 from .. import tomlio
 from ..paths import write_atomic
+from .attachments import nccl_topo_env
 from .plan import STEPS, Plan, Progress
 from .runner import Outcome, child_env, run_command
 
@@ -233,7 +235,9 @@ def step_allreduce(plan: Plan) -> StepResult:
     cmd = _cli(plan, "bench", "allreduce", "--tp", str(tp), "--tune", "--table", str(table),
                "--nccl-profile", ALLREDUCE_PROFILES, "--out", str(receipt), *plan.extra["allreduce"])
     d.mkdir(parents=True, exist_ok=True)
-    r, o = _execute(plan, "allreduce", cmd)
+    topo_env = nccl_topo_env(plan, dict(os.environ))  # NCCL's topology dump, for the pack (attachments.py)
+    r, o = _execute(plan, "allreduce", cmd, env=child_env(topo_env))
+    r.details.update(topo_env)
     rec = _read_json(receipt)
     if rec is None:
         r.reason = _failure(o, "bench allreduce") + " (no receipt)"

@@ -112,6 +112,36 @@ def test_simulated_pcie_box_flags_missing_profile_then_install_clears_it(tmp_pat
     assert c["nccl_env"]["fix"].startswith("sglang-blackwell nccl install --profile auto")
 
 
+def test_nccl_env_reads_the_nccl_config_files_by_the_environments_nccl(tmp_path, monkeypatch):
+    """NCCL-config mode and a user's own NCCL_CONF_FILE, read by the rules of the environment's NCCL wheel
+    (a dist-info of nvidia-nccl-cu13 2.28.9 in the venv: getline, the CR of a CRLF line stays)."""
+    box = Topology.simulated(8, "12.0", kind="SYS")
+    venv = make_venv(tmp_path / "venv")
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    _fake_dist(site, "nvidia-nccl-cu13", "2.28.9")
+    ours = tmp_path / "nccl.conf"
+    monkeypatch.delenv("NCCL_CONF_FILE", raising=False)
+    cli("nccl", "install", "--python", str(venv), "--nccl-conf", str(ours), env=sim(tmp_path, box))
+    _, c = checks_for(box, str(venv))
+    n = c["nccl_env"]
+    assert n["status"] == "warn" and "NCCL_CONF_FILE is not set here" in n["detail"], n
+    assert n["fix"].startswith(f"set NCCL_CONF_FILE={ours} for every process")
+    assert n["data"]["nccl_conf"]["rules"]["label"] == "NCCL 2.28.9"
+    monkeypatch.setenv("NCCL_CONF_FILE", str(ours))
+    _, c = checks_for(box, str(venv))
+    assert c["nccl_env"]["status"] == "ok", c["nccl_env"]
+    assert f"NCCL config file {ours}" in c["nccl_env"]["detail"]
+    mine = tmp_path / "mine.conf"
+    mine.write_bytes(b"NCCL_DEBUG=WARN\r\nNCCL_ALGO = Tree\n")
+    monkeypatch.setenv("NCCL_CONF_FILE", str(mine))
+    _, c = checks_for(box, str(venv))
+    n = c["nccl_env"]
+    assert n["status"] == "warn" and n["fix"].startswith("edit the lines named"), n
+    assert f"{mine}: line 1: NCCL_DEBUG='WARN\\r': the value keeps its carriage return" in n["detail"]
+    assert "line 2: NCCL sets 'NCCL_ALGO '" in n["detail"]
+    assert "names another file" in n["data"]["nccl_conf"]["off"], "NCCL_CONF_FILE elsewhere: the profile is off"
+
+
 def _fake_dist(site: Path, name: str, version: str, marker: dict | None = None) -> None:
     d = site / f"{name.replace('-', '_')}-{version}.dist-info"
     d.mkdir(parents=True)

@@ -26,6 +26,7 @@ from pyenvs import (
     spawn_child_env,
 )
 
+from sglang_blackwell.box import nccl_conf as conf
 from sglang_blackwell.box.nccl_hook import BEGIN, END, HOOK_MODULE, PTH_FILE
 
 # a user's own sitecustomize: CRLF line endings, no trailing newline, and code whose effect we can see
@@ -266,3 +267,229 @@ def test_pythonpath_sitecustomize_shadow_is_detected_too(venv, tmp_path):
     r = cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", env=env)
     assert "via pth" in r.stdout and str(shadow) in r.stdout
     assert fresh_env(venv, env) == PCIE_LL
+
+
+# ---- NCCL-config mode: the profile also in an NCCL config file (install --nccl-conf PATH) ---------------------
+
+CONF_USER_FILES = {  # a user's own NCCL config file, as it may be: every byte must survive
+    "crlf": b"NCCL_DEBUG=WARN\r\n# mine\r\nNCCL_SOCKET_IFNAME=eth0\r\n",
+    "no-trailing-newline": b"NCCL_DEBUG=WARN\nNCCL_IB_DISABLE=1",
+    "latin-1": b"# r\xe9glages de l'\xe9quipe\nNCCL_DEBUG=WARN\n",
+    "empty": b"",
+    "absent": None,
+}
+
+
+def conf_blocks(data: bytes) -> tuple[int, int]:
+    return data.count(BEGIN), data.count(END)
+
+
+@pytest.mark.parametrize("kind", sorted(CONF_USER_FILES))
+def test_nccl_conf_install_is_idempotent_and_uninstall_byte_exact(venv, tmp_path, kind):
+    f = tmp_path / "etc" / "nccl.conf"
+    f.parent.mkdir()
+    original = CONF_USER_FILES[kind]
+    if original is not None:
+        f.write_bytes(original)
+        os.chmod(f, 0o640)
+    r = cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    assert f"NCCL config file {f}" in r.stdout
+    once = f.read_bytes()
+    assert once.startswith(original or b"") and conf_blocks(once) == (1, 1)
+    # what NCCL takes from the file: the user's lines, then the profile; 2.23 reads '#' lines too, so this also
+    # checks that no comment line of ours holds an '='
+    old = conf.rules_for("2.23.4")
+    users = {e.name: e.value for e in conf.parse(original or b"", old)[0]}
+    got = {k: e.value for k, (e, _) in conf.from_files([conf.read(f, "NCCL_CONF_FILE", old)], {}).items()}
+    assert got == dict(users, **PCIE_LL)
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    assert f.read_bytes() == once, "re-installing the same profile must not change a byte"
+    cli("nccl", "install", "--python", str(venv), "--profile", "none", "--nccl-conf", str(f))
+    swapped = f.read_bytes()
+    assert swapped.startswith(original or b"") and conf_blocks(swapped) == (1, 1) and b"NCCL_PROTO" not in swapped
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    assert f.read_bytes() == once
+    r = cli("nccl", "uninstall", "--python", str(venv))
+    if original is None:
+        assert not f.exists(), "uninstall removes the file install created"
+    else:
+        assert f.read_bytes() == original and oct(f.stat().st_mode & 0o777) == oct(0o640)
+    assert not (site_packages(venv) / "sitecustomize.py").exists()
+    assert "nothing to do" in cli("nccl", "uninstall", "--python", str(venv), "--nccl-conf", str(f)).stdout
+    assert [p.name for p in f.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_user_lines_after_the_conf_block_survive_uninstall(venv, tmp_path):
+    f = tmp_path / "nccl.conf"
+    f.write_bytes(b"NCCL_DEBUG=WARN\n")
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    f.write_bytes(f.read_bytes() + b"NCCL_PROTO=Simple\n")  # after the block: NCCL keeps the block's LL
+    assert conf.read(f, "x").values["NCCL_PROTO"].value == "LL"
+    cli("nccl", "uninstall", "--python", str(venv), "--nccl-conf", str(f))
+    assert f.read_bytes() == b"NCCL_DEBUG=WARN\nNCCL_PROTO=Simple\n"
+
+
+def test_user_lines_above_the_block_win_and_install_says_so(venv, tmp_path):
+    f = tmp_path / "nccl.conf"
+    f.write_bytes(b"NCCL_PROTO=Simple\n")
+    r = cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    assert f"{f} line 1, above the block, sets NCCL_PROTO='Simple': NCCL keeps that one" in r.stdout
+    assert "NCCL_PROTO=Simple  (line 1)" in r.stdout
+
+
+def test_nccl_conf_file_decides_for_every_python_process_and_the_kill_switch_reaches_nccl(venv, tmp_path):
+    f = tmp_path / "nccl.conf"
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    ours = {"NCCL_CONF_FILE": str(f)}
+    assert fresh_env(venv, clean_env(**ours)) == dict(PCIE_LL, **ours)
+    assert fresh_env(venv) == PCIE_LL, "NCCL_CONF_FILE unset: Python processes still get the profile"
+    # another file named (e.g. /dev/null): NCCL reads that one, so the startup block applies nothing either
+    assert fresh_env(venv, clean_env(NCCL_CONF_FILE="/dev/null")) == {"NCCL_CONF_FILE": "/dev/null"}
+    other = tmp_path / "mine.conf"
+    assert fresh_env(venv, clean_env(NCCL_CONF_FILE=str(other))) == {"NCCL_CONF_FILE": str(other)}
+    # via a symlink or a relative path it is still our file
+    link = tmp_path / "link.conf"
+    link.symlink_to(f)
+    assert fresh_env(venv, clean_env(NCCL_CONF_FILE=str(link))) == dict(PCIE_LL, NCCL_CONF_FILE=str(link))
+    # the kill switch: nothing set, and NCCL_CONF_FILE pointed away from our file (NCCL in this process and
+    # its children skip it)
+    assert fresh_env(venv, clean_env(SGLANG_BLACKWELL_NCCL="0", **ours)) == {"NCCL_CONF_FILE": "/dev/null"}
+    spawned = spawn_child_env_with(venv, tmp_path, clean_env(SGLANG_BLACKWELL_NCCL="off", **ours))
+    assert spawned["child"] == {"NCCL_CONF_FILE": "/dev/null"}
+    # show reads it back: the user's NCCL_CONF_FILE, the switch, and where each variable comes from
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json",
+                        env=clean_env(SGLANG_BLACKWELL_NCCL="0", **ours)).stdout)
+    assert st["kill_switch"]["engaged"] and st["problems"] == []
+    (blk,) = st["nccl_conf"]["blocks"]
+    assert blk["path"] == str(f) and not blk["active"] and "pointed NCCL_CONF_FILE at /dev/null" in blk["why_inactive"]
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json",
+                        env=clean_env(NCCL_CONF_FILE="/dev/null")).stdout)
+    assert "names another file" in st["nccl_conf"]["off"] and st["problems"] == []
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json").stdout)
+    assert any("NCCL_CONF_FILE is not set here" in p for p in st["problems"]), st["problems"]
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json", env=clean_env(**ours)).stdout)
+    assert st["problems"] == [] and st["active"]["nccl_conf"] == str(f)
+    assert [x["role"] for x in st["nccl_conf"]["files"]] == ["NCCL_CONF_FILE", "/etc/nccl.conf"]
+    assert st["nccl_conf"]["files"][0]["managed_block"] and st["nccl_conf"]["blocks"][0]["active"]
+
+
+SPAWN_ENV = r'''
+import json, multiprocessing as mp, os
+def child(q):
+    q.put({k: v for k, v in os.environ.items() if k.startswith("NCCL_")})
+if __name__ == "__main__":
+    mp.set_start_method("spawn", force=True)
+    q = mp.Queue()
+    p = mp.Process(target=child, args=(q,))
+    p.start()
+    print(json.dumps({"child": q.get(timeout=60)}))
+    p.join(60)
+'''
+
+
+def spawn_child_env_with(python: Path, tmp: Path, env: dict[str, str]) -> dict:
+    script = tmp / "spawn_env.py"
+    script.write_text(SPAWN_ENV)
+    out = subprocess.run([str(python), str(script)], capture_output=True, text=True, check=True, env=env,
+                         timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.network
+def test_real_nccl_reads_the_profile_from_the_file_and_the_switches_hold(venv, tmp_path):
+    """libnccl.so.2 itself (ncclGetUniqueId reads the config files; no GPU needed): in a process our startup
+    block never ran in (python -S, as any non-Python program), and in the environment's own interpreters."""
+    from support.real_nccl import nccl_env, nccl_home
+
+    home, why = nccl_home("2.28.9")
+    if home is None:
+        pytest.skip(why)
+    f = tmp_path / "nccl.conf"
+    f.write_bytes(b"NCCL_DEBUG=WARN\r\n")  # a user's CRLF line above the block: ours still read cleanly
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    base = clean_env(HOME=str(tmp_path))
+    no_block = nccl_env(home, dict(base, NCCL_CONF_FILE=str(f)), python=str(venv))
+    assert no_block["set"] == dict(PCIE_LL, NCCL_DEBUG="WARN\r"), "NCCL 2.28 keeps the CR of a CRLF line"
+    assert nccl_env(home, dict(base, NCCL_CONF_FILE=str(f), NCCL_PROTO="Simple"), python=str(venv))["set"] == \
+        dict({k: v for k, v in PCIE_LL.items() if k != "NCCL_PROTO"}, NCCL_DEBUG="WARN\r"), "the environment wins"
+    assert nccl_env(home, dict(base, NCCL_CONF_FILE="/dev/null"), python=str(venv))["set"] == {}
+    # the environment's own interpreter: the startup block set the profile already (the environment wins over
+    # the file), and with the kill switch NCCL reads nothing of ours
+    started = nccl_env(home, dict(base, NCCL_CONF_FILE=str(f)), python=str(venv), site=True)
+    assert started["set"] == {"NCCL_DEBUG": "WARN\r"}
+    off = nccl_env(home, dict(base, NCCL_CONF_FILE=str(f), SGLANG_BLACKWELL_NCCL="0"), python=str(venv), site=True)
+    assert off["set"] == {}
+
+
+@pytest.mark.parametrize("where, message", [
+    ("/etc/nccl.conf", "could not be switched off"),
+    ("{tmp}/no/such/dir/nccl.conf", "does not exist; nothing was changed"),
+    ("{tmp}", "is a directory"),
+])
+def test_bad_nccl_conf_paths_are_refused_and_nothing_is_written(venv, tmp_path, where, message):
+    before = listing(site_packages(venv))
+    r = cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf",
+            where.format(tmp=tmp_path), check=False)
+    assert r.returncode == 2 and message in r.stderr and "--nccl-conf" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert listing(site_packages(venv)) == before
+
+
+def test_later_installs_keep_the_conf_file_and_a_new_path_moves_it(venv, tmp_path):
+    a, b = tmp_path / "a.conf", tmp_path / "b.conf"
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(a))
+    r = cli("nccl", "install", "--python", str(venv), "--profile", "none")
+    assert "kept from the earlier install" in r.stdout
+    assert b"NCCL_PROTO" not in a.read_bytes() and b'"profile": "none"' in a.read_bytes()
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(b))
+    assert not a.exists() and b"NCCL_PROTO=LL" in b.read_bytes()
+    assert fresh_env(venv, clean_env(NCCL_CONF_FILE=str(a))) == {"NCCL_CONF_FILE": str(a)}
+    assert fresh_env(venv, clean_env(NCCL_CONF_FILE=str(b))) == dict(PCIE_LL, NCCL_CONF_FILE=str(b))
+    cli("nccl", "uninstall", "--python", str(venv))
+    assert not b.exists() and not (site_packages(venv) / "sitecustomize.py").exists()
+
+
+def test_concurrent_installs_into_one_conf_file_never_corrupt(venv, tmp_path):
+    f = tmp_path / "nccl.conf"
+    f.write_bytes(b"NCCL_DEBUG=WARN")
+    profiles = ["pcie-ll", "none"] * 3
+    with ThreadPoolExecutor(len(profiles)) as pool:
+        results = list(pool.map(lambda p: cli("nccl", "install", "--python", str(venv), "--profile", p,
+                                              "--nccl-conf", str(f), check=False), profiles))
+    assert [r.returncode for r in results] == [0] * len(profiles), [r.stderr for r in results]
+    data = f.read_bytes()
+    assert data.startswith(b"NCCL_DEBUG=WARN\n") and conf_blocks(data) == (1, 1)
+    cli("nccl", "uninstall", "--python", str(venv))
+    assert f.read_bytes() == b"NCCL_DEBUG=WARN"
+
+
+def test_show_reads_a_users_conf_file_as_nccl_does(venv, tmp_path):
+    f = tmp_path / "mine.conf"
+    f.write_bytes(b"NCCL_PROTO = Simple\nNCCL_ALGO=Tree\nNCCL_ALGO=Ring\nNCCL_DEBUG=WARN\r\n")
+    env = clean_env(NCCL_CONF_FILE=str(f))
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json", env=env).stdout)
+    rows = {r["key"]: (r["value"], r["source"], r["note"]) for r in st["env"]}
+    assert rows["NCCL_ALGO"] == ("Tree", f"file {f}", "line 2"), "the first line for a name wins"
+    assert "NCCL_PROTO" not in rows, "'NCCL_PROTO ' is another variable: NCCL never reads it"
+    hazards = "\n".join(st["nccl_conf"]["hazards"])
+    assert f"{f}: line 1: NCCL sets 'NCCL_PROTO ' (spaces included)" in hazards
+    assert "line 3: NCCL_ALGO again: NCCL keeps the first one (line 2)" in hazards
+    text = cli("nccl", "show", "--python", str(venv), env=env).stdout
+    assert f"NCCL_CONF_FILE: {f}: 3 variable(s)" in text and "check: " in text
+
+
+@pytest.mark.parametrize("env_fixture", ["venv", "debian_venv"])
+def test_conf_mode_block_imports_nothing_either(env_fixture, request, tmp_path):
+    py = request.getfixturevalue(env_fixture)
+    f = tmp_path / "nccl.conf"
+    env = clean_env(NCCL_CONF_FILE=str(f))
+
+    def modules() -> set[str]:
+        out = subprocess.run([str(py), "-c", MODULES], capture_output=True, text=True, env=env, check=True)
+        return set(ast.literal_eval(out.stdout.strip()))
+
+    before = modules()
+    cli("nccl", "install", "--python", str(py), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    after = modules()
+    assert fresh_env(py, env) == dict(PCIE_LL, NCCL_CONF_FILE=str(f)), "the block ran, its NCCL_CONF_FILE test too"
+    assert after - before <= {"sitecustomize", HOOK_MODULE}, after - before

@@ -4,17 +4,18 @@ simulated and say so), malformed data, NCCL_CONF_FILE output, and where each var
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pyenvs import PCIE_LL, clean_env, cli
 
+from sglang_blackwell.box import nccl_conf as conf
 from sglang_blackwell.box.nccl import (
     DEBUG_KNOBS,
     PROFILES_FILE,
     effective_env,
     load_profiles,
     nccl_conf,
-    parse_nccl_conf,
     resolve,
     user_environ,
 )
@@ -102,13 +103,22 @@ def test_malformed_profiles_via_cli(tmp_path):
     assert "profile 'pcie-ll': env key 'NCCL_NTHREADS'" in r.stderr and str(f) in r.stderr
 
 
-def test_nccl_conf_round_trip():
+def parse_nccl_conf(text: str, version: str = "2.23.4") -> dict[str, str]:
+    """What NCCL takes from this file alone (2.23: the oldest with NCCL_CONF_FILE, '#' lines not comments)."""
+    entries, hazards = conf.parse(text, conf.rules_for(version))
+    assert hazards == [], hazards
+    return {k: e.value for k, e in conf.ConfFile(Path("x"), "test", entries=entries).values.items()}
+
+
+@pytest.mark.parametrize("version", ["2.23.4", "2.28.9", "2.30.7"])
+def test_nccl_conf_round_trip(version):
+    """The profile as NCCL reads it, also where '#' does not start a comment: no comment line holds an '='."""
     p = load_profiles()["pcie-ll"]
     text = nccl_conf(p, "auto")
-    assert parse_nccl_conf(text) == PCIE_LL
+    assert parse_nccl_conf(text, version) == PCIE_LL
     assert "debugging knobs" in text
     r = cli("nccl", "show", "--profile", "pcie-ll", "--format", "nccl-conf")
-    assert parse_nccl_conf(r.stdout) == PCIE_LL
+    assert parse_nccl_conf(r.stdout, version) == PCIE_LL
 
 
 def test_show_mentions_debug_knobs_and_provenance():
@@ -118,25 +128,49 @@ def test_show_mentions_debug_knobs_and_provenance():
 
 
 def test_effective_env_sources(tmp_path):
-    conf = tmp_path / "nccl.conf"
-    conf.write_text("NCCL_DEBUG=WARN\nNCCL_PROTO=Simple\n")
+    conf_file = tmp_path / "nccl.conf"
+    conf_file.write_text("NCCL_DEBUG=WARN\nNCCL_PROTO=Simple\n")
     block = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216"}
     user = {"NCCL_ALGO": "Tree"}
     fresh = {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL", "SGLANG_BLACKWELL_NCCL_APPLIED": "NCCL_PROTO"}
-    rows = {r.key: r for r in effective_env(fresh, user, block_env=block, hook="sitecustomize", files=[conf])}
+    files = [conf.read(conf_file, "NCCL_CONF_FILE")]
+    rows = {r.key: r for r in effective_env(fresh, user, block_env=block, hook="sitecustomize", files=files)}
     assert (rows["NCCL_ALGO"].value, rows["NCCL_ALGO"].source) == ("Tree", "user")
     assert "the profile would set Ring" in rows["NCCL_ALGO"].note
     assert (rows["NCCL_PROTO"].value, rows["NCCL_PROTO"].source) == ("LL", "sitecustomize")
-    assert rows["NCCL_DEBUG"].source == f"file {conf}"
+    assert rows["NCCL_DEBUG"].source == f"file {conf_file}" and rows["NCCL_DEBUG"].note == "line 1"
     assert (rows["NCCL_BUFFSIZE"].value, rows["NCCL_BUFFSIZE"].source) == (None, "default")
 
 
 def test_user_environ_strips_what_a_block_set():
     env = {"NCCL_PROTO": "LL", "NCCL_DEBUG": "INFO", "SGLANG_BLACKWELL_NCCL_APPLIED": "NCCL_PROTO", "X": "1"}
     assert user_environ(env) == {"NCCL_DEBUG": "INFO", "X": "1"}
+    # the kill switch pointed NCCL_CONF_FILE at /dev/null: the user's value comes back (or none, where unset)
+    redirected = {"NCCL_CONF_FILE": "/dev/null", "SGLANG_BLACKWELL_NCCL_CONF_FILE_WAS": "/opt/x.conf"}
+    assert user_environ(redirected) == {"NCCL_CONF_FILE": "/opt/x.conf"}
+    assert user_environ(dict(redirected, SGLANG_BLACKWELL_NCCL_CONF_FILE_WAS="")) == {}
+    assert user_environ({"NCCL_CONF_FILE": "/dev/null"}) == {"NCCL_CONF_FILE": "/dev/null"}, "the user's own"
+
+
+def test_effective_env_names_lines_of_a_managed_conf_block(tmp_path):
+    f = tmp_path / "nccl.conf"
+    f.write_bytes(b"NCCL_DEBUG=WARN\n# >>> block\nNCCL_PROTO=LL\n# <<<\n")
+    cf = conf.read(f, "NCCL_CONF_FILE")
+    cf.managed = (f.read_bytes().index(b"# >>>"), len(f.read_bytes()))
+    rows = {r.key: r for r in effective_env({}, {}, block_env=None, hook=None, files=[cf])}
+    assert rows["NCCL_PROTO"].source == f"nccl-conf {f}" and rows["NCCL_DEBUG"].source == f"file {f}"
 
 
 def test_show_json_without_block(tmp_path):
     st = json.loads(cli("nccl", "show", "--format", "json", env=clean_env(NCCL_DEBUG="INFO")).stdout)
     assert st["active"] is None
     assert {r["key"]: r["source"] for r in st["env"]}.get("NCCL_DEBUG") == "user"
+
+
+def test_nccl_help_only_gained_an_option():
+    """`nccl --help` keeps every option and choice it had before NCCL-config mode; --nccl-conf is new."""
+    text = " ".join(cli("nccl", "--help").stdout.split())
+    for kept in ("{show,install,uninstall}", "--profile PROFILE", "--python PYTHON",
+                 "--hook {auto,sitecustomize,pth}", "--format {text,json,nccl-conf}", "--profiles PROFILES"):
+        assert kept in text, kept
+    assert "--nccl-conf PATH" in text

@@ -94,6 +94,14 @@ def test_cli_on_this_cpu_machine_skips_the_gpu_steps_for_lack_of_gpus(tmp_path: 
     assert e["derived"] and e["model"] == {"target": str(target), "draft": str(draft)}
     assert e["path"].endswith(qplan.DEFAULT_TEMPLATE)
     assert "[4/4] eagle3: SKIPPED" in r.stderr and "PARTIAL" in r.stdout
+    # what upstream's issue templates ask for: each listed, with the file or why not
+    listed = {a["name"]: a for a in receipt["attachments"]}
+    assert set(listed) == set(s["attachments"]) == {"check_env", "nvidia_smi_topo", "nccl_topo_dump"}
+    assert listed["nccl_topo_dump"]["status"] == "unavailable"
+    assert "the allreduce step did not run NCCL: no NVIDIA GPU" in listed["nccl_topo_dump"]["reason"]
+    for a in listed.values():
+        assert (a["file"] is None) == (a["status"] == "unavailable") and (a["reason"] or a["status"] == "recorded")
+        assert a["file"] is None or (out / a["file"]).is_file()
     # one tarball with the receipts and logs, nothing half-written
     with tarfile.open(tarball) as tf:
         names = set(tf.getnames())
@@ -121,6 +129,8 @@ def test_cli_runs_real_commands_on_a_simulated_box_and_reports_honestly(tmp_path
     ar = st["allreduce"]
     assert ar["rc"] == 2 and "0 visible" in ar["reason"] and ar["receipt"] is None
     assert "--tp 2" in (out / ar["log"]).read_text()
+    dump = next(a for a in receipt["attachments"] if a["name"] == "nccl_topo_dump")
+    assert dump["status"] == "unavailable" and "bench allreduce ran (exit 2) but NCCL wrote no" in dump["reason"]
     e3 = st["eagle3"]
     assert e3["verdict"] == "passed" and e3["rc"] == 0 and e3["headline"]["passed"] is True
     # what fusion acts on, carried into the headline (null here: no fusion arm, no profiler window)
