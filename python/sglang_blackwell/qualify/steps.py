@@ -286,9 +286,10 @@ def step_eagle3(plan: Plan) -> StepResult:
     r.receipt = _rel(plan, found[-1])
     r.files += sorted(_rel(plan, p) for p in d.glob("bench-eagle3_*") if p != found[-1] and p.is_file())
     s = rec.get("summary", {})
-    r.headline = {k: s.get(k) for k in ("config", "tp", "speedup_c1", "accept_len", "break_even_accept_len",
-                                        "verify_ms_fusion_on", "verify_ms_fusion_off",
-                                        "verify_allreduce_norm_ms_fusion_on",
+    r.headline = {k: s.get(k) for k in ("config", "tp", "api", "engine", "speedup_c1", "tok_s_c1",
+                                        "baseline_tok_s_c1", "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p99",
+                                        "accept_len", "break_even_accept_len", "verify_ms_fusion_on",
+                                        "verify_ms_fusion_off", "verify_allreduce_norm_ms_fusion_on",
                                         "verify_allreduce_norm_ms_fusion_off", "passed")}
     if o.rc == 0 and s.get("passed") and not o.interrupted:
         r.verdict = "passed"

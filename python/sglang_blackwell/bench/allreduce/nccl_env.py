@@ -6,6 +6,7 @@ its environment when a communicator is created, so every profile is measured in 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from ...box.nccl import KILL_SWITCH, MULTICAST_OFF_ENV, load_profiles
@@ -30,11 +31,13 @@ KEEP_NCCL = ("NCCL_NVLS_ENABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")
 def isolated_env(profile: Mapping[str, str], environ: Mapping[str, str],
                  keep: tuple[str, ...] = KEEP_NCCL) -> dict[str, str]:
     """The full environment for a profile run: the ambient NCCL_* variables dropped (except the safety and
-    debug ones in `keep`), the profile's set, and our sitecustomize profile switched off (KILL_SWITCH=0), so
-    the profile under test is the only one in effect."""
+    debug ones in `keep`), the profile's set, our startup block switched off (KILL_SWITCH=0) and NCCL's config
+    files too (NCCL_CONF_FILE=/dev/null: neither ours nor the user's ~/.nccl.conf; /etc/nccl.conf NCCL reads
+    always), so the profile under test is the only tuning in effect."""
     env = {k: v for k, v in environ.items() if not k.startswith("NCCL_") or k in keep}
     env.update(profile)
     env[KILL_SWITCH] = "0"
+    env.setdefault("NCCL_CONF_FILE", os.devnull)
     return env
 
 

@@ -96,6 +96,7 @@ def test_profile_env_from_the_profiles_file_and_isolation():
     assert env["NCCL_PROTO"] == "LL" and env["NCCL_NVLS_ENABLE"] == "0" and env["PATH"] == "/bin"
     assert "NCCL_IB_DISABLE" not in env  # ambient NCCL tuning never leaks into a profile run
     assert env["SGLANG_BLACKWELL_NCCL"] == "0"  # our sitecustomize profile switched off
+    assert env["NCCL_CONF_FILE"] == "/dev/null"  # and NCCL's config files (ours, the user's ~/.nccl.conf)
 
 
 @pytest.mark.parametrize("argv,msg", [
