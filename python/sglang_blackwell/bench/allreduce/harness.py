@@ -23,7 +23,7 @@ from typing import Any
 
 from ...errors import UserError
 from .catalog import CATALOG, NCCL_BACKENDS, default_backends
-from .nccl_env import isolated_env, multicast_env_problems, nccl_keys, profile_env
+from .nccl_env import isolated_env, multicast_env_problems, nccl_settings, profile_env
 
 DEFAULT_TOKENS = "1,2,3,4,8,16,32,64,128,256,512"
 WORKER_ENV_DEFAULTS = {"TORCH_SYMMMEM": "CUDA"}  # torch symm-mem's CUDA backend (no NVSHMEM)
@@ -200,7 +200,7 @@ def measure(a: argparse.Namespace, tokens: list[int], backends: list[str],
         results["nccl_profiles"] = {}
         for name, prof in profiles.items():
             penv = isolated_env(prof, env)
-            if nccl_keys(penv) == nccl_keys(env):  # same NCCL environment as the main run: reuse it
+            if nccl_settings(penv) == nccl_settings(env):  # same NCCL settings as the main run: reuse it
                 results["nccl_profiles"][name] = {
                     "env": prof, "reused_main_run": True,
                     **{k: {n: v for n, v in results.get(k, {}).items() if n in NCCL_BACKENDS}

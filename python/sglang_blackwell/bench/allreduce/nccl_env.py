@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from ...box import nccl_conf
 from ...box.nccl import KILL_SWITCH, MULTICAST_OFF_ENV, load_profiles
 from ...errors import UserError
 
@@ -23,6 +24,14 @@ def profile_env(name: str) -> dict[str, str]:
 
 def nccl_keys(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+
+
+def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL variables a process with this environment runs with: its NCCL_* and what NCCL's config files
+    add (read as NCCL reads them, box/nccl_conf.py); NCCL_CONF_FILE itself is only the way there."""
+    env = dict(environ)
+    from_files = {name: e.value for name, (e, _) in nccl_conf.from_files(nccl_conf.read_all(env), env).items()}
+    return {k: v for k, v in {**from_files, **nccl_keys(env)}.items() if k != nccl_conf.CONF_ENV}
 
 
 KEEP_NCCL = ("NCCL_NVLS_ENABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS")

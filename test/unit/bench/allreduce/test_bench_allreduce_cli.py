@@ -153,3 +153,16 @@ NCCL_MAX_NCHANNELS = "4"
     assert ar.parse_profiles("none,lab-test") == {"none": {}, "lab-test": {"NCCL_MAX_NCHANNELS": "4"}}
     env = isolated_env(profile_env("lab-test"), {"NCCL_MAX_NCHANNELS": "32", "NCCL_NVLS_ENABLE": "0"})
     assert env["NCCL_MAX_NCHANNELS"] == "4" and env["SGLANG_BLACKWELL_NCCL"] == "0"
+
+
+def test_a_profile_run_is_reused_only_when_nccl_would_run_with_the_same_settings(tmp_path):
+    """The main run reads the user's ~/.nccl.conf as NCCL does; the `none` profile run reads no config file, so
+    it can stand in for the main run only when no file adds anything."""
+    from sglang_blackwell.bench.allreduce.nccl_env import nccl_settings
+
+    env = {"HOME": str(tmp_path), "NCCL_NVLS_ENABLE": "0", "PATH": "/bin"}
+    none = isolated_env(profile_env("none"), env)
+    assert nccl_settings(env) == nccl_settings(none) == {"NCCL_NVLS_ENABLE": "0"}
+    (tmp_path / ".nccl.conf").write_text("NCCL_PROTO=Simple\n")
+    assert nccl_settings(env) == {"NCCL_NVLS_ENABLE": "0", "NCCL_PROTO": "Simple"}
+    assert nccl_settings(none) == {"NCCL_NVLS_ENABLE": "0"}
