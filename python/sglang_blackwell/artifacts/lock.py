@@ -29,9 +29,9 @@ sgl-project GitHub release) or a local version label (`torch==2.9.1+cu130`: PyPI
 PyTorch's own index has it). For the resolution they are stand-in wheels of that name and version that
 require what the index's build of the same release requires, less its CUDA wheels (nvidia-*), so the hashed set
 agrees with torch's own pins (triton); the PyTorch companions that pin torch exactly (torchaudio, torchvision) go
-with torch to PyTorch's index as `+<label>` builds. `install` puts them in with a first pip command (from their
-index; pip checks the index's own sha256 fragments, there is no pin: base.toml records "unknown"), then the
-hashed set.
+with torch to PyTorch's index as `+<label>` builds. `install` puts them in with a second pip command, after
+the hashed set went in with --no-deps (so nothing the lock pins is installed unchecked first); pip checks them
+only against their index's own sha256 where it publishes one: base.toml records "unknown".
 
 A base may add a recipe, patches/<base>/locks/lock.toml:
 
@@ -300,7 +300,8 @@ def render(lock: Lock, command: str) -> str:
         f"#   {command}",
         "# Used by `sglang-blackwell install` (pip install --require-hashes -r <this file> -r <our wheels' hashes>)",
         "# and `sglang-blackwell bundle` (dependency wheels). Pins the index cannot serve: lock-outside (installed",
-        "# first, from their own index); constraint pins a consistent resolution cannot take: lock-not-lockable.",
+        "# after this set, from their own index); constraint pins a consistent resolution cannot take:",
+        "# lock-not-lockable (for bundle only).",
         "#",
         f"# lock-schema: {LOCK_SCHEMA}",
         f"# lock-base: {lock.base}",

@@ -327,3 +327,24 @@ def test_the_lab_list_agrees_with_the_lock_of_0_5_14_py312():
     # sglang 0.5.14 requirements the launch path imports are locked
     for name in ("xgrammar", "openai-harmony", "jiter", "transformers", "flash-attn-4", "torchao"):
         assert lock.entry(name) is not None, name
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_pip_takes_the_committed_lock_in_hash_checking_mode(tmp_path, monkeypatch):
+    """`install`'s own command for base 0.5.14 on this Python, dry-run against PyPI: pip finds every requirement
+    of our wheels in the lock, with a hash it agrees with, and nothing else."""
+    import json
+
+    (b,) = [b for b in _real_bases() if b.name == "0.5.14"]
+    if PY not in lock_pythons(b):
+        pytest.skip(f"base 0.5.14 has no lock for Python {PY}")
+    (cmd,) = install(b, tmp_path / "dist", python_exe=sys.executable, dry_run=True)
+    pip_sees_only(monkeypatch, "https://pypi.org/simple")
+    r = subprocess.run([*cmd, "--dry-run", "--ignore-installed", "--quiet", "--report", str(tmp_path / "r.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+           for i in json.loads((tmp_path / "r.json").read_text())["install"]
+           if not i["download_info"]["url"].startswith("file:")}
+    assert got == {e.name: e.version for e in load_lock(b, PY).entries}
