@@ -331,6 +331,9 @@ def test_the_lab_list_agrees_with_the_lock_of_0_5_14_py312():
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SGLANG_BLACKWELL_LOCK_ONLINE") != "1",
+                    reason="resolves against PyPI (~25 s): SGLANG_BLACKWELL_LOCK_ONLINE=1 runs it; `make test` "
+                           "checks the locks offline")
 def test_pip_takes_the_committed_lock_in_hash_checking_mode(tmp_path, monkeypatch):
     """`install`'s own command for base 0.5.14 on this Python, dry-run against PyPI: pip finds every requirement
     of our wheels in the lock, with a hash it agrees with, and nothing else."""
