@@ -94,11 +94,12 @@ def cmd_install(a: argparse.Namespace) -> int:
     from .artifacts.install import install
     from .patchset.bases import get_base
 
-    cmd = install(get_base(a.base), Path(a.dist), python_exe=a.python_exe, no_deps=a.no_deps,
-                  upstream=a.upstream, dry_run=a.dry_run, progress=_progress)
+    cmds = install(get_base(a.base), Path(a.dist), python_exe=a.python_exe, no_deps=a.no_deps,
+                   upstream=a.upstream, dry_run=a.dry_run, progress=_progress)
     import shlex
 
-    print(shlex.join(cmd))  # copy-pasteable: the kernel wheel's `name @ url` requirement has spaces
+    for cmd in cmds:  # one pip command per line, in order
+        print(shlex.join(cmd))  # copy-pasteable: the kernel wheel's `name @ url` requirement has spaces
     return 0
 
 
@@ -139,6 +140,29 @@ def cmd_bundle(a: argparse.Namespace) -> int:
     else:
         print(f"install: bash {first}/install.sh [--target SITE]")
     return 0
+
+
+def cmd_lock(a: argparse.Namespace) -> int:
+    from .artifacts.lock import command_for, generate, lock_problems, lock_pythons, write
+    from .patchset.bases import get_base, list_bases
+
+    if a.python_exe and not a.python:
+        raise UserError("--python-exe goes with --python (one interpreter resolves one Python's lock)")
+    bad = 0
+    for b in list_bases() if a.all else [get_base(a.base)]:
+        for py in [a.python] if a.python else lock_pythons(b):
+            if a.check:
+                probs = lock_problems(b, py)
+                for p in probs:
+                    print(f"ERROR: {p}", file=sys.stderr)
+                bad += len(probs)
+                print(f"base {b.name} Python {py}: {'fresh' if not probs else 'NOT fresh'}")
+                continue
+            lock = generate(b, py, python_exe=a.python_exe, index_url=a.index_url, progress=_progress)
+            path = write(lock, command_for(b, py, a.index_url))
+            print(f"{path}: {len(lock.entries)} hashed pins, {len(lock.outside)} outside the index, "
+                  f"{len(lock.not_lockable)} not lockable, {path.stat().st_size / 1024:.1f} KiB")
+    return 1 if bad else 0
 
 
 def _names(spec: str | None) -> list[str]:
@@ -415,6 +439,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index-url", help="package index for dependency downloads (pip --index-url)")
     p.add_argument("--find-links", action="append", help="pip --find-links for dependency downloads (repeatable)")
     p.set_defaults(fn=cmd_bundle)
+
+    p = sub.add_parser("lock", help="hashed dependency locks per base x Python (patches/<base>/locks/py3XY.txt)",
+                       description="Resolve everything the package index serves that a base's patched wheels need "
+                       "on CPython X.Y / Linux x86_64 with pip (run by that interpreter), and write it in pip's "
+                       "--require-hashes format, which install and bundle use. --check: no network, exit 1 when a "
+                       "lock is missing or stale against base.toml / lock.toml.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--base")
+    g.add_argument("--all", action="store_true", help="every base")
+    p.add_argument("--python", help="one CPython MAJOR.MINOR (default: every Python the base's wheels support)")
+    p.add_argument("--python-exe", help="with --python: the interpreter pip resolves in (default: pythonX.Y on PATH)")
+    p.add_argument("--index-url", default="https://pypi.org/simple",
+                   help="the index to resolve against (default: PyPI); this machine's pip configuration is ignored")
+    p.add_argument("--check", action="store_true", help="only say which locks are missing or stale (no network)")
+    p.set_defaults(fn=cmd_lock)
 
     p = sub.add_parser("index", help="PEP 503 simple index of the built wheels")
     p.add_argument("dir")

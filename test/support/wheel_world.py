@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import threading
+import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def make_wheel(path: Path, dist: str, version: str, files: dict[str, bytes], req
 
 
 class Server:
-    """A real HTTP server on 127.0.0.1 serving a directory; `truncate` cuts named files short."""
+    """A real HTTP server on 127.0.0.1 serving a directory; `truncate` cuts named files short. It is also a PEP 503
+    index of the wheels in that directory at {url}/simple/ (no hash fragments: pip's and our checks do the work)."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -71,8 +73,19 @@ class Server:
                 pass
 
             def do_GET(self):
-                name = self.path.lstrip("/")
+                name = urllib.parse.unquote(self.path.lstrip("/"))  # pip quotes the "+" of a local version
                 outer.hits.append(name)
+                if name == "simple" or name.startswith("simple/"):
+                    page = outer.simple_page(name)
+                    if page is None:
+                        self.send_error(404)
+                        return
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
                 f = root / name
                 if not f.is_file():
                     self.send_error(404)
@@ -96,6 +109,21 @@ class Server:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
+
+    def simple_page(self, path: str) -> bytes | None:
+        from packaging.utils import canonicalize_name, parse_wheel_filename
+
+        projects: dict[str, list[str]] = {}
+        for f in sorted(self.root.glob("*.whl")):
+            projects.setdefault(canonicalize_name(parse_wheel_filename(f.name)[0]), []).append(f.name)
+        parts = [p for p in path.split("/") if p]
+        if len(parts) == 1:
+            links = [f'<a href="{p}/">{p}</a>' for p in sorted(projects)]
+        elif len(parts) == 2 and canonicalize_name(parts[1]) in projects:
+            links = [f'<a href="/{f}">{f}</a>' for f in projects[canonicalize_name(parts[1])]]
+        else:
+            return None
+        return ("<!DOCTYPE html><html><body>\n" + "<br/>\n".join(links) + "\n</body></html>\n").encode()
 
     def close(self):
         self.httpd.shutdown()
@@ -134,6 +162,21 @@ def gate_patch(lid: str = "P9") -> str:
                                  lid=lid, path="python/sglang/gate.py", diff=diff)
 
 
+def pip_sees_only(monkeypatch, index_url: str | None) -> None:
+    """pip reads no config file and none of this machine's PIP_* settings (its index, find-links, constraints),
+    and uses `index_url` as its index (None: no index at all)."""
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("PIP_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    if index_url is None:
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+    else:
+        monkeypatch.setenv("PIP_INDEX_URL", index_url)
+
+
 @pytest.fixture
 def tiny_base(tmp_path, server, monkeypatch):
     """patches/<base> with one patched package (layout sglang) whose wheel is served over HTTP."""
@@ -167,6 +210,7 @@ size = {whl.stat().st_size}
     (base / "sglang" / "series").write_text("# test series\n0001-gate-accepts-12.patch\n")
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(patches))
     monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
+    pip_sees_only(monkeypatch, f"{server.url}/simple/")  # fetch downloads through pip: this server is its index
     from sglang_blackwell.patchset.bases import load_base
     from sglang_blackwell.patchset.labellock import write_lock
 

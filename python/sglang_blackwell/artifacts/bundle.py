@@ -38,12 +38,13 @@ from .deps import (
     WheelInfo,
     collect_needs,
     drop_present,
+    from_lock,
     from_pins,
     read_installed,
     read_pins,
-    resolve_auto,
     wheel_info,
 )
+from .lock import load_lock, locked, locked_pins
 from .strip import KernelPart, strip_kernel_wheel
 
 SCHEMA = "sglang-blackwell/bundle/1"
@@ -147,8 +148,8 @@ def _kernel(base: Base, opts: BundleOptions, work: Path, cache: Path, say: Progr
         "removed": [{"path": r.path, "size": r.size, "part": r.part} for r in s.removed]}
 
 
-def _dependencies(roots: list[WheelInfo], opts: BundleOptions, target: Target, cache: Path, say: Progress
-                  ) -> tuple[Selection, dict]:
+def _dependencies(base: Base, roots: list[WheelInfo], opts: BundleOptions, target: Target, cache: Path,
+                  say: Progress) -> tuple[Selection, dict]:
     installed = read_installed(opts.installed) if opts.installed else None
     dl = Downloader(target, cache, opts.index_url, opts.find_links, say)
     exclude = opts.exclude | (frozenset(KERNEL_NAMES) if opts.no_kernel else frozenset())
@@ -157,15 +158,21 @@ def _dependencies(roots: list[WheelInfo], opts: BundleOptions, target: Target, c
                   "exclude": sorted(opts.exclude)}
     if opts.deps:
         pins = read_pins(opts.deps)
-        sel = from_pins(roots, pins, opts.deps, installed, target, dl, exclude)
+        lock = load_lock(base, opts.python)  # every pin must agree with it; its hashes check every wheel
+        sel = from_pins(roots, pins, locked_pins([p for p in pins if p.name not in exclude], lock, opts.deps),
+                        opts.deps, installed, target, dl, exclude)
         info.update(mode="deps-file", deps_file=str(opts.deps), deps_sha256=sha256_file(opts.deps))
     elif installed is not None:
-        sel = resolve_auto(roots, installed, target, dl, exclude)
+        lock = load_lock(base, opts.python)
+        sel = from_lock(roots, locked(lock), installed, target, dl, exclude)
         info.update(mode="automatic")
     else:
         sel = drop_present(roots, None, target)
+        lock = None
         info.update(mode="none")
         say("note: no --deps and no --installed: the bundle carries no dependencies (the target must have them)")
+    if lock is not None:
+        info["lock"] = {"path": f"patches/{base.name}/locks/{lock.path.name}", "inputs": lock.inputs}
     info["dropped"] = [{"name": w.name, "version": str(w.version), "installed": str(i.version)}
                        for w, i in sel.dropped]
     info["unmet"] = sel.unmet
@@ -257,7 +264,7 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
         if kernel:
             roots.append(kernel[0])
             kernel_meta = kernel[1]
-        sel, deps_info = _dependencies(roots, opts, target, cache, say)
+        sel, deps_info = _dependencies(base, roots, opts, target, cache, say)
         aot: list[AotModule] = []
         if opts.jit_archs:
             fi = next((b for b in built if b.package == "flashinfer"), None)

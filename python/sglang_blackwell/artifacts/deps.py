@@ -1,23 +1,20 @@
 """The dependency wheels a bundle carries, for a target Python on Linux x86_64, on top of an existing torch.
 
-Two ways to choose them:
+Every version comes from the base's lock for that Python (patches/<base>/locks/py3XY.txt, lock.py), and every
+wheel is downloaded in pip's hash-checking mode and checked against the lock's sha256 again before it enters
+<cache>/wheelhouse/ (a wheelhouse file is reused only when its sha256 is the locked one). Two ways to choose them:
   --deps FILE   (primary) a pinned list, `name==version` per line (e.g. benchmark/lab/bundle-deps-0.5.14-py312.txt,
-                the set proven on the lab image). Exactly these wheels are candidates.
-  automatic     (no --deps; needs --installed) a greedy walk of Requires-Dist: every requirement of the bundled
-                wheels (our sglang, flashinfer, the kernel, then whatever gets downloaded, recursively) that the
-                target does not already satisfy is downloaded at the newest version pip finds for the combined
-                specifier. No backtracking beyond re-picking a package when a later specifier excludes the first
-                pick; it takes everything METADATA asks for (sglang 0.5.14 asks for a lot the launch path never
-                imports, see benchmark/lab/README.md), and torch itself is never downloaded.
+                the set proven on the lab image). Exactly these wheels; a pin that disagrees with the lock (another
+                version, or a distribution the lock does not have) is an error naming the line (lock.locked_pins).
+  automatic     (no --deps; needs --installed) what the bundled wheels (our sglang, flashinfer, the kernel, then
+                what gets added, recursively) require and the target lacks, at the lock's versions; torch itself is
+                never carried. Nothing is resolved here: the lock was made by a real resolver.
 
 With --installed FILE (`pip list --format=freeze` or `pip freeze` of the target), a candidate is dropped when the
 target already has that distribution at a version every bundled wheel accepts (Requires-Dist, markers evaluated
 for the target Python / Linux / x86_64, extras as requested). This repeats until nothing changes (dropping a wheel
 drops its requirements). A version the target has but a bundled wheel rejects keeps the candidate (it will
 shadow the target's copy, e.g. transformers 5.17.0 on the lab image vs sglang's ==5.8.1).
-
-Wheels are downloaded with `pip download --no-deps --only-binary=:all: --python-version X --platform ...` into
-<cache>/wheelhouse/ and reused from there (a pinned wheel already in the wheelhouse needs no network).
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
@@ -39,7 +35,8 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ..errors import UserError
+from ..errors import IntegrityError, UserError
+from ..patchset.fetch import pip_base_command, sha256_file
 
 Progress = Callable[[str], None]
 NEVER_DOWNLOADED = frozenset({"torch"})  # the bundle installs on top of an existing torch
@@ -315,6 +312,16 @@ def check_consistent(wheels: list[WheelInfo], target: Target, where: Callable[[W
 
 # ---------------------------------------------------------------- downloading
 
+@dataclass(frozen=True)
+class Hashed:
+    """One dependency wheel to carry: its exact version and the sha256 the lock gives it."""
+
+    name: str  # canonical
+    version: Version
+    sha256: str
+    where: str  # for messages: "--deps FILE:LINE" or the lock's path
+
+
 @dataclass
 class Downloader:
     target: Target
@@ -327,7 +334,8 @@ class Downloader:
     def house(self) -> Path:
         return self.cache / "wheelhouse"
 
-    def cached(self, name: str, version: Version) -> Path | None:
+    def cached(self, want: Hashed) -> Path | None:
+        """A wheelhouse file of that name and version for the target whose sha256 is the locked one."""
         if not self.house.is_dir():
             return None
         for f in sorted(self.house.glob("*.whl")):
@@ -335,58 +343,64 @@ class Downloader:
                 n, v, _, _ = parse_wheel_filename(f.name)
             except InvalidWheelFilename:
                 continue
-            if canonicalize_name(n) == name and v == version and self.target.fits(f.name):
+            if canonicalize_name(n) == want.name and v == want.version and self.target.fits(f.name) \
+                    and sha256_file(f) == want.sha256:
                 return f
         return None
 
-    def pins(self, pins: list[Pin], deps_file: Path) -> list[Path]:
-        """A verified local wheel for every pin: from the wheelhouse, else one `pip download` for all misses."""
-        got = {p.name: self.cached(p.name, p.version) for p in pins}
-        missing = [p for p in pins if got[p.name] is None]
+    def get(self, wants: list[Hashed]) -> list[Path]:
+        """A verified local wheel for every entry: from the wheelhouse, else one hash-checked `pip download`."""
+        got = {w.name: self.cached(w) for w in wants}
+        missing = [w for w in wants if got[w.name] is None]
         if missing:
-            self.download([f"{p.name}=={p.version}" for p in missing])
-            for p in missing:
-                got[p.name] = self.cached(p.name, p.version)
-                if got[p.name] is None:
-                    raise UserError(f"--deps {deps_file}:{p.line}: pip found no wheel of {p.text} for "
-                                    f"{self.target.python_tag} / manylinux {self.target.machine}")
-        return [got[p.name] for p in pins]
+            for w, f in zip(missing, self.download(missing), strict=True):
+                got[w.name] = f
+        return [got[w.name] for w in wants]
 
-    def newest(self, specs: dict[str, str]) -> dict[str, Path]:
-        """name -> a wheel of the newest version pip finds for the specifier (always asks the index)."""
-        files = self.download([f"{n}{s}" for n, s in sorted(specs.items())])
-        out = {}
-        for f in files:
-            n, _, _, _ = parse_wheel_filename(f.name)
-            out[canonicalize_name(n)] = f
-        missing = sorted(set(specs) - set(out))
-        if missing:
-            raise UserError(f"pip download returned no wheel for {', '.join(missing)}")
-        return out
-
-    def download(self, specs: list[str]) -> list[Path]:
+    def download(self, wants: list[Hashed]) -> list[Path]:
+        """pip download in hash-checking mode (pip picks, among the index's files of each version, the one whose
+        sha256 is locked), then our own sha256 check before a file enters the wheelhouse."""
+        specs = [f"{w.name}=={w.version}" for w in wants]
         if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
             raise UserError(f"not in the wheelhouse {self.house} and SGLANG_BLACKWELL_OFFLINE=1: {', '.join(specs)}")
         partial = self.house / ".partial"
         partial.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=partial))
         try:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "--progress-bar", "off", "-d", str(tmp), *self.target.pip_args()]
+            req = tmp / "locked.txt"
+            req.write_text("".join(f"{s} --hash=sha256:{w.sha256}\n" for s, w in zip(specs, wants, strict=True)))
+            (tmp / "got").mkdir()
+            cmd = [*pip_base_command(), "download", "--no-deps", "--require-hashes", "--only-binary=:all:",
+                   "--disable-pip-version-check", "--progress-bar", "off", "-d", str(tmp / "got"),
+                   *self.target.pip_args()]
             if self.index_url:
                 cmd += ["--index-url", self.index_url]
             for fl in self.find_links:
                 cmd += ["--find-links", fl]
             if self.progress:
-                self.progress(f"pip download {len(specs)} wheel(s) for {self.target.python_tag}: {' '.join(specs)}")
-            r = subprocess.run([*cmd, *specs], capture_output=True, text=True)
+                self.progress(f"pip download {len(specs)} locked wheel(s) for {self.target.python_tag}: "
+                              f"{' '.join(specs)}")
+            r = subprocess.run([*cmd, "-r", str(req)], capture_output=True, text=True)
             if r.returncode != 0:
                 tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
                 raise UserError(f"pip download failed for {' '.join(specs)}:\n{tail}")
+            by_name = {}
+            for f in (tmp / "got").glob("*.whl"):
+                n, _, _, _ = parse_wheel_filename(f.name)
+                by_name[canonicalize_name(n)] = f
             out = []
-            for f in sorted(tmp.glob("*.whl")):
-                dest = self.house / f.name
-                os.replace(f, dest)
+            for w in wants:
+                f = by_name.get(w.name)
+                if f is None:
+                    raise UserError(f"{w.where}: pip found no wheel of {w.name}=={w.version} for "
+                                    f"{self.target.python_tag} / manylinux {self.target.machine}")
+                digest = sha256_file(f)
+                if digest != w.sha256:
+                    raise IntegrityError(f"{w.where}: {f.name} has sha256 {digest}, the lock says {w.sha256}; "
+                                         "nothing was put in the wheelhouse")
+            for w in wants:
+                dest = self.house / by_name[w.name].name
+                os.replace(by_name[w.name], dest)
                 out.append(dest)
             return out
         finally:
@@ -395,61 +409,48 @@ class Downloader:
 
 # ---------------------------------------------------------------- the two ways
 
-def from_pins(roots: list[WheelInfo], pins: list[Pin], deps_file: Path, installed: dict[str, Installed] | None,
-              target: Target, dl: Downloader, exclude: frozenset[str] = frozenset()) -> Selection:
+def from_pins(roots: list[WheelInfo], pins: list[Pin], locked: dict[str, Hashed], deps_file: Path,
+              installed: dict[str, Installed] | None, target: Target, dl: Downloader,
+              exclude: frozenset[str] = frozenset()) -> Selection:
+    """--deps FILE: exactly these pins (each already checked against the lock: `locked`), less what the target has."""
     pins = [p for p in pins if p.name not in exclude]
     clash = {w.name for w in roots} & {p.name for p in pins}
     if clash:
         line = next(p for p in pins if p.name in clash)
         raise UserError(f"--deps {deps_file}:{line.line}: {line.text} names a package the bundle builds itself")
-    wheels = [wheel_info(f, "dependency") for f in dl.pins(pins, deps_file)]
+    wheels = [wheel_info(f, "dependency") for f in dl.get([locked[p.name] for p in pins])]
     by_name = {p.name: p for p in pins}
     check_consistent(roots + wheels, target,
                      lambda w: f"--deps {deps_file}:{by_name[w.name].line}" if w.name in by_name else w.path.name)
     return drop_present(roots + wheels, installed, target)
 
 
-def resolve_auto(roots: list[WheelInfo], installed: dict[str, Installed], target: Target, dl: Downloader,
-                 exclude: frozenset[str] = frozenset(), max_rounds: int = 60) -> Selection:
-    """Greedy closure of Requires-Dist over what the target lacks (see the module docstring)."""
+def from_lock(roots: list[WheelInfo], locked: dict[str, Hashed], installed: dict[str, Installed], target: Target,
+              dl: Downloader, exclude: frozenset[str] = frozenset(), max_rounds: int = 60) -> Selection:
+    """No --deps, with --installed: what the bundled wheels need (Requires-Dist, markers for the target) and the
+    target lacks (or has at a version they reject), at the lock's version, walked until nothing is missing. The
+    lock chose every version; the walk only decides what to carry. torch is never carried."""
     if "torch" not in installed:
         raise UserError("the --installed list has no torch: a bundle installs on top of an existing torch "
                         "(give the target's full `pip list --format=freeze`)")
     bundle: dict[str, WheelInfo] = {w.name: w for w in roots}
     for _ in range(max_rounds):
         needs = collect_needs(bundle.values(), target)
-        todo: dict[str, str] = {}
-        repick = []
+        todo = []
         for name, ns in sorted(needs.items()):
-            if name in exclude or name in NEVER_DOWNLOADED:
-                continue
-            if name in bundle:
-                if not accepts(ns, bundle[name].version):
-                    if bundle[name].kind != "dependency":
-                        raise UserError(f"{bundle[name].path.name}: {describe(ns)}")
-                    repick.append(name)
+            if name in bundle or name in exclude or name in NEVER_DOWNLOADED:
                 continue
             inst = installed.get(name)
             if inst is not None and accepts(ns, inst.version):
                 continue
-            todo[name] = ",".join(str(s) for n in ns for s in n.req.specifier)
-        for name in repick:
-            todo[name] = ",".join(str(s) for n in needs[name] for s in n.req.specifier)
-            del bundle[name]
+            if name in locked:
+                todo.append(locked[name])
         if not todo:
             break
-        for name, f in dl.newest(todo).items():
-            bundle[name] = wheel_info(f, "dependency")
+        for w, f in zip(todo, dl.get(todo), strict=True):
+            bundle[w.name] = wheel_info(f, "dependency")
     else:
-        raise UserError(f"automatic dependency resolution did not settle in {max_rounds} rounds; use --deps FILE")
-    # keep only what the roots still reach, then drop what the target has
-    reach, stack = set(), [w.name for w in roots]
-    while stack:
-        n = stack.pop()
-        if n in reach or n not in bundle:
-            continue
-        reach.add(n)
-        stack += list(collect_needs([bundle[n]], target))
-    kept = [w for n, w in bundle.items() if n in reach]
+        raise UserError(f"the walk over the lock did not settle in {max_rounds} rounds")
+    kept = list(bundle.values())
     check_consistent(kept, target, lambda w: w.path.name)
     return drop_present(kept, installed, target)

@@ -1,20 +1,45 @@
-"""Download, verify and cache pinned upstream artifacts.
+"""Download, verify and cache pinned upstream artifacts, through pip.
 
-A file enters the cache only after its size and sha256 match the pin: it is downloaded to a temporary file in
-<cache>/.partial/ and renamed into <cache>/artifacts/ atomically. A cached file is re-verified on every use;
-a corrupt one is removed and fetched again. With a warm cache nothing touches the network.
+pip does the downloading, so everything the user set up for pip applies: the index or mirror (pip.conf,
+PIP_INDEX_URL, extra-index-url, find-links), the proxy, certificates, netrc / keyring credentials, and pip shows
+progress, retries and resumes. The interpreter running sglang-blackwell runs it (`sys.executable -m pip`).
+
+How a pin becomes a pip request. A pin (base.toml) is a file name, its sha256 and size, and the URL it was found
+at. We ask pip for it twice at most:
+
+  1. by name, from the configured index: `pip download --no-deps --require-hashes -r REQ --dest TMP` where REQ is
+     `name==version --hash=sha256:<pin>` and the name, version and compatibility tags come from the pinned file
+     name (`--only-binary=:all: --platform P --implementation I --python-version V --abi A`, so a cp312 wheel is
+     found from any interpreter; `--ignore-requires-python` likewise). pip's hash-checking mode keeps only the
+     index's candidates whose sha256 is the pin, so pip picks exactly the pinned file among that version's files,
+     whoever serves it, and checks it.
+  2. by URL, only when 1 failed and the pin has a URL: `name @ <url> --hash=sha256:<pin>`, for files no index
+     serves (a GitHub release asset) or an index that lacks the file.
+
+Why the name first rather than the pinned URL: `pip download <url>` consults no index, so a user whose pip can
+reach only its mirror could not `make`. With no mirror configured, pip's index is PyPI, whose page for the
+version links the same file on the same host as the pinned URL: asking by name costs one index page.
+
+Then our own check, as before pip did the downloading: size + sha256 against the pin, before anything enters the
+cache. pip downloads into a private directory under <cache>/.partial/; only a verified file is renamed into
+<cache>/artifacts/ (atomically), so nothing half-written is ever a cache entry. A cached file is re-verified on
+every use; a corrupt one is removed and fetched again. With a warm cache neither pip nor the network is touched;
+SGLANG_BLACKWELL_OFFLINE=1 turns a cold cache into an error instead of a download.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from ..errors import IntegrityError, UserError
 from ..paths import cache_dir
@@ -47,8 +72,45 @@ def cached_path(art: Artifact, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "artifacts" / art.filename
 
 
+def pip_base_command() -> list[str]:
+    """`python -m pip` of this interpreter; a clear error when it has no pip."""
+    if importlib.util.find_spec("pip") is None:
+        raise UserError(f"{sys.executable} has no pip (`{sys.executable} -m pip` fails): sglang-blackwell downloads "
+                        f"through pip; install it with `{sys.executable} -m ensurepip --upgrade`")
+    return [sys.executable, "-m", "pip"]
+
+
+def tag_flags(filename: str) -> list[str]:
+    """pip's target flags that make the wheel `filename` a candidate whatever the running interpreter is."""
+    try:
+        _, _, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return []
+    flags = ["--only-binary=:all:", "--ignore-requires-python"]
+    if all(t.platform == "any" and t.abi == "none" for t in tags):
+        return flags  # a pure wheel fits every interpreter
+    for plat in sorted({t.platform for t in tags}):
+        flags += ["--platform", plat]
+    for abi in sorted({t.abi for t in tags}):
+        flags += ["--abi", abi]
+    interp = min(t.interpreter for t in tags)
+    impl = "cp" if interp.startswith("cp") else "py"
+    digits = interp[2:]
+    if digits:
+        flags += ["--python-version", f"{digits[0]}.{digits[1:]}" if len(digits) > 1 else digits]
+    return flags + ["--implementation", impl]
+
+
+def _by_name(art: Artifact) -> str | None:
+    try:
+        name, version, _, _ = parse_wheel_filename(art.filename)
+    except InvalidWheelFilename:
+        return None
+    return f"{canonicalize_name(name)}=={version}"
+
+
 def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = None) -> Path:
-    """Return a verified local copy of `art`, downloading it if the cache lacks it."""
+    """Return a verified local copy of `art`, downloading it through pip if the cache lacks it."""
     cache = cache or cache_dir()
     dest = cached_path(art, cache)
     if dest.exists():
@@ -60,39 +122,73 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
         dest.unlink()
     if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
         raise UserError(f"{art.filename}: not in the cache {cache} and SGLANG_BLACKWELL_OFFLINE=1")
-    if not art.url:
-        raise UserError(f"{art.filename}: no download URL pinned")
+    requests = []
+    by_name = _by_name(art)
+    if by_name:
+        requests.append(("the configured index", by_name))
+    if art.url:
+        name = by_name.split("==")[0] if by_name else art.filename
+        requests.append((f"the pinned URL {art.url}", f"{name} @ {art.url}"))
+    if not requests:
+        raise UserError(f"{art.filename}: no download URL pinned and not a wheel pip can look up by name")
+    pip = pip_base_command()
     partial = cache / ".partial"
     partial.mkdir(parents=True, exist_ok=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=art.filename + ".", dir=partial)
-    tmp = Path(tmp_name)
+    work = Path(tempfile.mkdtemp(prefix=art.filename + ".", dir=partial))
     try:
-        if progress:
-            progress(f"downloading {art.url}")
-        h = hashlib.sha256()
-        n = 0
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(art.url, timeout=60) as resp:
-                    while chunk := resp.read(CHUNK):
-                        out.write(chunk)
-                        h.update(chunk)
-                        n += len(chunk)
-            except (urllib.error.URLError, OSError) as e:
-                raise UserError(f"{art.filename}: download from {art.url} failed: {e}") from None
-        if art.size is not None and n != art.size:
-            raise IntegrityError(
-                f"{art.filename}: downloaded {n} bytes, pinned size is {art.size} (truncated or wrong file); "
-                "nothing was cached")
-        if h.hexdigest() != art.sha256:
-            raise IntegrityError(
-                f"{art.filename}: sha256 {h.hexdigest()} does not match the pin {art.sha256}; nothing was cached")
-        os.replace(tmp, dest)
-        return dest
+        failures = []
+        mismatches = 0
+        for where, req in requests:
+            got = work / "got"
+            shutil.rmtree(got, ignore_errors=True)
+            got.mkdir()
+            reqfile = work / "request.txt"
+            reqfile.write_text(f"{req} --hash=sha256:{art.sha256}\n")
+            if progress:
+                size = f", {art.size / 1e6:.1f} MB" if art.size else ""
+                progress(f"pip download {art.filename} from {where}{size}")
+            why, mismatch = _pip_download(pip, reqfile, got, tag_flags(art.filename))
+            if why is not None:
+                failures.append(f"from {where}: {why}")
+                mismatches += mismatch
+                continue
+            files = [p for p in got.iterdir() if p.is_file()]
+            if len(files) != 1:
+                failures.append(f"from {where}: pip saved {len(files)} files, expected 1")
+                continue
+            problem = _verify(files[0], art)
+            if problem is not None:
+                raise IntegrityError(f"{art.filename}: the file pip downloaded from {where} does not match the pin "
+                                     f"({problem}; truncated or wrong file); nothing was cached")
+            os.replace(files[0], dest)
+            return dest
+        err = IntegrityError if mismatches == len(requests) else UserError  # every source served other bytes
+        raise err(f"{art.filename}: pip download failed " + "; ".join(failures) + "; nothing was cached")
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _pip_download(pip: list[str], reqfile: Path, dest: Path, flags: list[str]) -> tuple[str | None, bool]:
+    """Run pip download: (None, False) on success, else (the reason, whether pip saw a file with another sha256
+    than the pin). On a terminal pip's own output (progress bar included) goes straight to it."""
+    tty = sys.stderr.isatty()
+    cmd = [*pip, "download", "--no-deps", "--require-hashes", "--no-cache-dir", "--disable-pip-version-check",
+           "--progress-bar", "on" if tty else "off", "--dest", str(dest), *flags, "-r", str(reqfile)]
+    if tty:
+        r = subprocess.run(cmd, stdout=sys.stderr)
+        return (None, False) if r.returncode == 0 else (f"pip exited {r.returncode} (its output above)", False)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode == 0:
+        return None, False
+    out = r.stderr + "\n" + r.stdout
+    lines = [" ".join(ln.split()) for ln in out.splitlines() if ln.strip()]
+    mismatch = "DO NOT MATCH THE HASHES" in out
+    if mismatch:
+        got = next((ln for ln in lines if ln.startswith("Got ")), "")
+        return f"pip refused the file: its sha256 is not the pin ({got})", True
+    errors = [ln for ln in lines if ln.startswith("ERROR:")] or lines[-3:]
+    return f"pip exited {r.returncode}: " + " | ".join(errors[:3]), False
 
 
 def clean_partials(cache: Path | None = None) -> None:

@@ -167,8 +167,22 @@ files = [{{ filename = "{kw.name}", url = "{server.url}/{kw.name}", sha256 = "{s
     (base / "sglang" / "series").write_text("0001-gate-accepts-12.patch\n")
     (base / "flashinfer" / "0001-norm-tag.patch").write_text(norm_patch())
     (base / "flashinfer" / "series").write_text("0001-norm-tag.patch\n")
-    simple = build_index(dep_wheels(tmp_path / "depwheels"), tmp_path / "index")
+    # the package index: the dependency wheels, the kernel (a runtime pin it serves) and a stand-in torch, all that
+    # the lock's resolution needs
+    deps = dep_wheels(tmp_path / "depwheels")
+    torch = make_wheel(tmp_path / "depwheels" / "torch-2.11.0-py3-none-any.whl", "torch", "2.11.0",
+                       {"torch/__init__.py": b""})
+    simple = build_index([*deps, torch, kw], tmp_path / "index")
     return BundleWorld(base, f"file://{simple}", kw)
+
+
+def lock_world(world: BundleWorld, python: str) -> Path:
+    """The base's lock for `python`, made by the real generator (pip, run by this interpreter) from the index."""
+    from sglang_blackwell.artifacts.lock import generate, write
+    from sglang_blackwell.patchset.bases import get_base
+
+    lock = generate(get_base("9.9.9"), python, python_exe=sys.executable, index_url=world.index)
+    return write(lock, f"sglang-blackwell lock --base 9.9.9 --python {python} --index-url {world.index}")
 
 
 ORIGINAL_GATE = b"def gate(major):\n    return major in (9, 10)\n\n\ndef other():\n    return 1\n"

@@ -25,7 +25,7 @@ from sglang_blackwell.errors import IntegrityError, UserError
 from sglang_blackwell.patchset.bases import get_base
 from support.wheel_world import PATCHED, sha256
 
-from .bundle_fixtures import isolated_pip_env, kernel_wheel, make_world, run_install
+from .bundle_fixtures import isolated_pip_env, kernel_wheel, lock_world, make_world, run_install
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -36,6 +36,7 @@ def world(tmp_path, server, monkeypatch):
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(w.base.parent))
     monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
     isolated_pip_env(monkeypatch)
+    lock_world(w, PY)
     return w
 
 
@@ -268,13 +269,13 @@ def test_installed_kernel_is_not_carried(world, tmp_path):
     assert m["dependencies"]["unmet"] == []
 
 
-def test_automatic_resolution_walks_requires_dist(world, tmp_path):
+def test_automatic_choice_walks_requires_dist_at_the_locks_versions(world, tmp_path):
     installed = tmp_path / "installed.txt"
     installed.write_text("torch==2.11.0\ndepc==1.0\n")
     m = _bundle(world, tmp_path / "b", installed=installed, no_kernel=True)
     carried = {f["distribution"]: f["version"] for f in m["files"] if f["kind"] == "dependency"}
-    # depa newest for >=1.0; depb; depc 1.1 because depb (downloaded) needs >=1.1 and the target's 1.0 fails it;
-    # depwin's marker is false on linux
+    # the lock's depa 2.0 (the target has none); depb; depc 1.1 because depb needs >=1.1 and the target's 1.0
+    # fails it; depwin's marker is false on linux
     assert carried == {"depa": "2.0", "depb": "1.0", "depc": "1.1"}
     assert m["dependencies"]["mode"] == "automatic"
     installed.write_text("depc==1.0\n")
@@ -282,10 +283,15 @@ def test_automatic_resolution_walks_requires_dist(world, tmp_path):
         _bundle(world, tmp_path / "c", installed=installed, no_kernel=True)
 
 
-def test_a_pin_that_a_bundled_wheel_rejects_is_an_error_naming_the_line(world, tmp_path):
-    deps = _pins(tmp_path, "depb==1.0\ndepc==1.0\n")
-    with pytest.raises(UserError, match=r"deps.txt:2: depc 1.0 but depb 1.0 requires depc>=1.1"):
+def test_a_pin_that_disagrees_with_the_lock_is_an_error_naming_the_line(world, tmp_path):
+    deps = _pins(tmp_path, "depb==1.0\ndepc==1.0\n")  # depb needs depc>=1.1: the lock says depc==1.1
+    with pytest.raises(UserError, match=r"--deps .*deps.txt:2: depc==1.0 disagrees with the lock .*patches/9.9.9/"
+                                        rf"locks/py{PY.replace('.', '')}.txt, which pins depc==1.1"):
         _bundle(world, tmp_path / "b", deps=deps, no_kernel=True)
+    with pytest.raises(UserError, match=r"deps.txt:1: depwin==1.0 is not in the lock .*no patched wheel of base "
+                                        r"9.9.9 needs depwin"):
+        _bundle(world, tmp_path / "b", deps=_pins(tmp_path, "depwin==1.0\n"), no_kernel=True)
+    assert not (tmp_path / "b").exists()
     with pytest.raises(UserError, match=r"deps.txt:1: 'depb>=1.0' is not an exact pin"):
         read_pins(_pins(tmp_path, "depb>=1.0\n"))
     bad = tmp_path / "installed.txt"
@@ -294,14 +300,36 @@ def test_a_pin_that_a_bundled_wheel_rejects_is_an_error_naming_the_line(world, t
         read_installed(bad)
 
 
-def test_pin_not_on_the_index_fails_and_leaves_nothing(world, tmp_path):
+def test_other_bytes_under_a_locked_name_fail_and_leave_nothing(world, tmp_path):
     out = tmp_path / "b"
     _bundle(world, out, no_kernel=True)
     before = sha256(out / "manifest.json")
-    with pytest.raises(UserError, match=r"pip download failed for depa==9.9"):
-        _bundle(world, out, deps=_pins(tmp_path, "depa==9.9\n"), no_kernel=True)
+    from support.wheel_world import make_wheel
+
+    make_wheel(tmp_path / "index" / "files" / "depa-2.0-py3-none-any.whl", "depa", "2.0", {"depa/x.py": b"EVIL"})
+    with pytest.raises(UserError, match=r"pip download failed for depa==2.0"):
+        _bundle(world, out, deps=_pins(tmp_path, "depa==2.0\n"), no_kernel=True)
     assert sha256(out / "manifest.json") == before  # the previous bundle is intact
     assert [p.name for p in tmp_path.iterdir() if ".bundle-" in p.name] == []
+    assert not (tmp_path / "cache" / "wheelhouse" / "depa-2.0-py3-none-any.whl").exists()
+
+
+def test_a_wheelhouse_file_is_reused_only_with_the_locked_hash(world, tmp_path):
+    from support.wheel_world import make_wheel
+
+    house = tmp_path / "cache" / "wheelhouse"
+    house.mkdir(parents=True)
+    make_wheel(house / "depa-2.0-py3-none-any.whl", "depa", "2.0", {"depa/x.py": b"stale"})
+    m = _bundle(world, tmp_path / "b", deps=_pins(tmp_path, "depa==2.0\n"), no_kernel=True)
+    (f,) = [f for f in m["files"] if f["distribution"] == "depa"]
+    assert f["sha256"] == sha256(tmp_path / "index" / "files" / "depa-2.0-py3-none-any.whl")
+    assert m["dependencies"]["lock"]["path"] == f"patches/9.9.9/locks/py{PY.replace('.', '')}.txt"
+
+
+def test_no_lock_for_the_target_python_names_the_fix(world, tmp_path):
+    with pytest.raises(UserError, match=r"no lock for Python 3.99 .*sglang-blackwell lock --base 9.9.9 --python "
+                                        r"3.99"):
+        _bundle(world, tmp_path / "b", python="3.99", deps=_pins(tmp_path, "depa==2.0\n"), no_kernel=True)
 
 
 def test_pip_freeze_and_pip_list_formats(tmp_path):

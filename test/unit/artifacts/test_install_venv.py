@@ -1,5 +1,6 @@
 """The built wheels install into a fresh venv (pip --no-deps) and report their local version; `install
---upstream` rolls back; a PEP 503 index of the wheels works with pip; the full install command is right."""
+--upstream` rolls back; a PEP 503 index of the wheels works with pip; the full install is the base's lock with
+--require-hashes, then the CUDA 13 runtime pins the index cannot serve."""
 
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def fresh_venv(tmp_path):
 
 def test_wheels_install_and_report_local_version_then_roll_back(real_build, fresh_venv):
     base, dist = real_build
-    cmd = install(base, dist, python_exe=str(fresh_venv), no_deps=True)
-    assert "--no-deps" in cmd
+    (cmd,) = install(base, dist, python_exe=str(fresh_venv), no_deps=True)
+    assert "--no-deps" in cmd and "--require-hashes" not in cmd
     assert _versions(fresh_venv) == {"sglang": f"0.5.9+{LABEL}", "flashinfer-python": f"0.6.4+{LABEL}"}
     marker = subprocess.run(
         [str(fresh_venv), "-c", "import importlib.metadata as m; print(m.distribution('sglang')"
@@ -75,10 +76,19 @@ def test_pep503_index_serves_the_wheels_to_pip(real_build, fresh_venv, tmp_path)
     assert _versions(fresh_venv) == {"sglang": f"0.5.9+{LABEL}", "flashinfer-python": f"0.6.4+{LABEL}"}
 
 
-def test_full_install_asks_for_the_cuda13_runtime(real_build):
+def test_full_install_is_the_lock_with_require_hashes_then_the_cuda13_runtime(real_build):
     base, dist = real_build
-    cmd = install(base, dist, python_exe=sys.executable, dry_run=True)
-    assert "torch==2.9.1+cu130" in cmd
-    assert any(c.startswith("sgl-kernel @ https://github.com/sgl-project/whl/releases/download/v0.3.21/") for c in cmd)
-    assert cmd[cmd.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu130"
-    assert any(c.endswith(f"sglang-0.5.9+{LABEL}-py3-none-any.whl") for c in cmd)
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    hashed, outside = install(base, dist, python_exe=sys.executable, dry_run=True)
+    lock = base.dir / "locks" / f"py{py.replace('.', '')}.txt"
+    hashes = dist / f"hashes-0.5.9-py{py.replace('.', '')}.txt"
+    assert hashed == [sys.executable, "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", str(lock),
+                      "-r", str(hashes)]
+    ours = [ln.split()[0] for ln in hashes.read_text().splitlines()]
+    assert sorted(Path(p).name for p in ours) == [f"flashinfer_python-0.6.4+{LABEL}-py3-none-any.whl",
+                                                  f"sglang-0.5.9+{LABEL}-py3-none-any.whl"]
+    # the pins the index cannot serve come after the hashed set, from their own index
+    assert "torch==2.9.1+cu130" in outside and "torchaudio==2.9.1+cu130" in outside
+    assert any(c.startswith("sgl-kernel @ https://github.com/sgl-project/whl/releases/download/v0.3.21/")
+               for c in outside)
+    assert outside[outside.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu130"

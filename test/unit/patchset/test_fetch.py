@@ -1,12 +1,28 @@
-"""The download cache: verified before it enters the cache, atomic, offline once warm."""
+"""The download cache, through pip: verified before it enters the cache, atomic, offline once warm; pip's index
+(a mirror) is asked first, the pinned URL second. pip runs for real against real HTTP servers on 127.0.0.1: the
+`server` of the tiny base (its wheels, and a PEP 503 index of them) and, standing in for a user's mirror, a stock
+http.server serving an index written by our `index` command."""
 
 from __future__ import annotations
 
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 import pytest
 
+from sglang_blackwell.artifacts.index import build_index
 from sglang_blackwell.errors import IntegrityError, UserError
-from sglang_blackwell.patchset.bases import get_base
-from sglang_blackwell.patchset.fetch import cached_path, fetch
+from sglang_blackwell.patchset.bases import Artifact, get_base
+from sglang_blackwell.patchset.fetch import cached_path, fetch, tag_flags
+from support.wheel_world import pip_sees_only
+
+REPO = Path(__file__).resolve().parents[3]
+DEAD = "http://127.0.0.1:9"  # the discard port: connection refused
 
 
 def _art(tiny_base):
@@ -18,12 +34,55 @@ def _cache_entries(tmp_path):
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
+class Mirror:
+    """A PEP 503 index (our `index` command's output) behind a stock http.server on 127.0.0.1, like a user's
+    mirror; `hits` are the request paths."""
+
+    def __init__(self, root: Path, wheels: list[Path]):
+        self.hits: list[str] = []
+        build_index(wheels, root)
+        hits = self.hits
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                hits.append(self.path)
+                super().do_GET()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=root))
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/simple/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def mirror_only(tiny_base, server, tmp_path, monkeypatch):
+    """The tiny base's pinned URL is dead; the only way to the wheel is a mirror named in a pip.conf."""
+    toml = tiny_base / "base.toml"
+    toml.write_text(toml.read_text().replace(server.url, DEAD))
+    m = Mirror(tmp_path / "mirror", [server.root / _art(tiny_base).filename])
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {m.url}\n")
+    pip_sees_only(monkeypatch, None)
+    monkeypatch.delenv("PIP_NO_INDEX")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    yield m
+    m.close()
+
+
 def test_fetch_verifies_caches_and_goes_offline(tiny_base, server, tmp_path, monkeypatch):
     art = _art(tiny_base)
     p = fetch(art)
     assert p == cached_path(art) and p.read_bytes() == (server.root / art.filename).read_bytes()
+    assert "simple/sglang/" in server.hits  # pip asked the index by name first
     hits = len(server.hits)
     monkeypatch.setenv("SGLANG_BLACKWELL_OFFLINE", "1")
+    assert fetch(art) == p
+    monkeypatch.delenv("SGLANG_BLACKWELL_OFFLINE")
     assert fetch(art) == p
     assert len(server.hits) == hits  # warm cache: no network
 
@@ -31,7 +90,8 @@ def test_fetch_verifies_caches_and_goes_offline(tiny_base, server, tmp_path, mon
 def test_hash_mismatch_refused_and_cache_stays_clean(tiny_base, server, tmp_path):
     art = _art(tiny_base)
     (server.root / art.filename).write_bytes(b"X" * art.size)  # same size, other bytes
-    with pytest.raises(IntegrityError, match="does not match the pin"):
+    with pytest.raises(IntegrityError, match=r"sglang-0.0.1-py3-none-any.whl: pip download failed from the "
+                                             r"configured index: pip refused the file: its sha256 is not the pin"):
         fetch(art)
     assert _cache_entries(tmp_path) == []
 
@@ -39,7 +99,15 @@ def test_hash_mismatch_refused_and_cache_stays_clean(tiny_base, server, tmp_path
 def test_truncated_download_refused_and_cache_stays_clean(tiny_base, server, tmp_path):
     art = _art(tiny_base)
     server.truncate[art.filename] = art.size // 2
-    with pytest.raises(IntegrityError, match="truncated"):
+    with pytest.raises(UserError, match=r"sglang-0.0.1-py3-none-any.whl: pip download failed .*nothing was cached"):
+        fetch(art)
+    assert _cache_entries(tmp_path) == []
+
+
+def test_our_own_size_check_refuses_what_pip_accepted(tiny_base, server, tmp_path):
+    good = _art(tiny_base)
+    art = Artifact(good.filename, good.url, good.sha256, good.size + 1)  # pip checks the hash, we the size too
+    with pytest.raises(IntegrityError, match=r"does not match the pin \(size \d+ != pinned \d+; truncated"):
         fetch(art)
     assert _cache_entries(tmp_path) == []
 
@@ -57,3 +125,73 @@ def test_offline_with_cold_cache_names_the_file(tiny_base, monkeypatch):
     monkeypatch.setenv("SGLANG_BLACKWELL_OFFLINE", "1")
     with pytest.raises(UserError, match="sglang-0.0.1-py3-none-any.whl: not in the cache"):
         fetch(_art(tiny_base))
+
+
+def test_the_mirror_in_pip_conf_serves_the_pin(mirror_only, tiny_base, tmp_path):
+    art = get_base("9.9.9").package("sglang").files[0]
+    assert art.url.startswith(DEAD)
+    assert fetch(art).read_bytes() == (tmp_path / "mirror" / "files" / art.filename).read_bytes()
+    assert "/simple/sglang/" in mirror_only.hits and f"/files/{art.filename}" in mirror_only.hits
+
+
+def test_pinned_url_when_the_index_lacks_the_file(tiny_base, server, tmp_path, monkeypatch):
+    art = _art(tiny_base)
+    pip_sees_only(monkeypatch, None)  # no index at all: the name lookup fails, the URL works
+    assert fetch(art).read_bytes() == (server.root / art.filename).read_bytes()
+    assert art.filename in server.hits and "simple/sglang/" not in server.hits
+
+
+def test_both_ways_failing_are_both_named(tiny_base, server, tmp_path, monkeypatch):
+    (server.root / _art(tiny_base).filename).unlink()
+    with pytest.raises(UserError) as e:
+        fetch(_art(tiny_base))
+    msg = str(e.value)
+    assert "from the configured index: pip exited 1" in msg and "from the pinned URL http://127.0.0.1" in msg
+    assert not isinstance(e.value, IntegrityError) and _cache_entries(tmp_path) == []
+
+
+def test_pinned_wheel_for_another_python_is_asked_for_with_its_tags():
+    assert tag_flags("sglang-0.5.14-cp312-cp312-manylinux_2_34_x86_64.whl") == [
+        "--only-binary=:all:", "--ignore-requires-python", "--platform", "manylinux_2_34_x86_64", "--abi", "cp312",
+        "--python-version", "3.12", "--implementation", "cp"]
+    assert tag_flags("sglang_kernel-0.4.4-cp310-abi3-manylinux2014_x86_64.whl")[2:] == [
+        "--platform", "manylinux2014_x86_64", "--abi", "abi3", "--python-version", "3.10", "--implementation", "cp"]
+    assert tag_flags("flashinfer_python-0.6.4-py3-none-any.whl") == ["--only-binary=:all:", "--ignore-requires-python"]
+
+
+@pytest.mark.network
+def test_a_cp313_pin_is_found_by_name_from_another_interpreter(tmp_path, monkeypatch):
+    """sglang 0.5.14 for CPython 3.13 through PyPI's index, whatever Python runs the tool (12 MB)."""
+    monkeypatch.delenv("SGLANG_BLACKWELL_PATCHES", raising=False)
+    pip_sees_only(monkeypatch, "https://pypi.org/simple")
+    base = get_base("0.5.14")
+    art = next(a for a in base.package("sglang").files if "cp313" in a.filename)
+    dead = Artifact(art.filename, DEAD + "/" + art.filename, art.sha256, art.size)
+    assert fetch(dead, tmp_path / "cache").stat().st_size == art.size
+
+
+def test_make_builds_with_pip_pointed_at_the_mirror_only(mirror_only, tiny_base, tmp_path):
+    """`make` runs `sglang-blackwell build`: the real CLI, in its own process, pip configured by a pip.conf."""
+    r = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", "build", "--out", str(tmp_path / "dist")],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "python")})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "dist" / "sglang-0.0.1+sm120.7-py3-none-any.whl").is_file()
+    assert any(h.startswith("/files/sglang-0.0.1") for h in mirror_only.hits)
+
+
+def test_no_pip_is_one_clear_line(tiny_base, tmp_path):
+    """An interpreter without pip: `build` with a cold cache exits 2 with one line naming the interpreter."""
+    import packaging
+
+    venv = tmp_path / "nopip"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "packaging").symlink_to(Path(packaging.__file__).parent)
+    py = venv / "bin" / "python"
+    r = subprocess.run([str(py), "-m", "sglang_blackwell.cli", "build", "--out", str(tmp_path / "dist")],
+                       capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(libs)])})
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{py} has no pip" in lines[0] and "ensurepip" in lines[0], r.stderr

@@ -26,7 +26,8 @@ from pyenvs import PCIE_LL, clean_env, debian_python, fresh_env  # noqa: E402
 
 from sglang_blackwell.artifacts import aot  # noqa: E402
 from sglang_blackwell.artifacts.fatbin import read_cuda_binary  # noqa: E402
-from sglang_blackwell.artifacts.install import pip_command  # noqa: E402
+from sglang_blackwell.artifacts.install import hashes_path, pip_commands  # noqa: E402
+from sglang_blackwell.artifacts.lock import load_lock  # noqa: E402
 from sglang_blackwell.patchset.bases import get_base  # noqa: E402
 from support.cuda_headers import extra_include_dirs  # noqa: E402
 from support.docker_context import copy_context  # noqa: E402
@@ -112,10 +113,19 @@ def test_install_stack_in_a_venv(tmp_path, src):
 
     # in full mode the script installs exactly what base.toml says (the command it recorded)
     wheels = [dist / w["output"]["filename"] for p in manifest["packages"] for w in p["wheels"]]
-    expected = pip_command(base, wheels, python_exe=str(py), no_deps=False)
-    assert shlex.split((dist / "install-command.txt").read_text()) == expected
+    pyver = subprocess.run([str(py), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    lock = load_lock(base, pyver)
+    got = [shlex.split(ln) for ln in (dist / "install-command.txt").read_text().splitlines()]
+    used = Path(got[0][got[0].index("-r") + 1])  # the image reads the lock shipped inside our package
+    assert used.parts[-5:] == ("_data", "patches", base.name, "locks", lock.path.name), used
+    assert used.read_bytes() == lock.path.read_bytes()
+    lock.path = used
+    expected = pip_commands(lock, wheels, python_exe=str(py), hashes=hashes_path(base, dist, pyver))
+    assert got == expected and "--require-hashes" in expected[0]
     torch = base.runtime_artifact("torch")
-    assert torch.requirement in expected and expected[expected.index("--extra-index-url") + 1] == torch.index_url
+    assert torch.requirement in expected[-1] and expected[-1][expected[-1].index("--extra-index-url") + 1] == \
+        torch.index_url
 
     # FlashInfer's AOT slot in the installed package holds sm_120a SASS
     fi = subprocess.run([str(py), "-c", "import importlib.metadata as m; "
