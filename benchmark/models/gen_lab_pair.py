@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Generate the lab model pair: a DeepSeek-V3-architecture target that acts as a bigram map with large
 logit margins, and an EAGLE-3 draft (sglang's LlamaForCausalLMEagle3) built from the same map, so that
-speculative acceptance is real and explainable. No training, no downloads, no tokenizer.
+speculative acceptance is real and explainable. No training, no downloads. The target comes with a byte-level
+BPE tokenizer (lab_tokenizer.py: tokenizer.json, tokenizer_config.json with a chat template), so servers start
+as users start them and prompts can be text.
 
     python3 gen_lab_pair.py --out DIR [--device cuda|cpu] [--seed 0] [--preset lab|tiny]
                             [--draft constructed|random|both]
 
-writes DIR/target/{config.json, generation_config.json, model.safetensors} and DIR/draft/ (the constructed
-or the random draft; with `--draft both` also DIR/draft-random/), then prints a JSON summary.
-Needs only torch and safetensors. The construction is explained in README.md next to this file.
+writes DIR/target/{config.json, generation_config.json, model.safetensors, tokenizer.json,
+tokenizer_config.json, special_tokens_map.json, lab_pair.json (preset and seed)} and DIR/draft/ (the
+constructed or the random draft; with `--draft both` also DIR/draft-random/), then prints a JSON summary.
+Needs only torch and safetensors (the tokenizer files are written as JSON by the standard library). The
+construction is explained in README.md next to this file.
 
 Determinism: the structure (bigram map, embedding basis, draft directions) comes from the CPU RNG and is
 computed in float64 without BLAS (Hadamard butterflies, element-wise ops), so the map B is the same for a
@@ -30,6 +34,9 @@ import zlib
 from dataclasses import asdict, dataclass
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # lab_tokenizer.py lives next to this script
+import lab_tokenizer  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------------
 # Model-shape presets: the only place sizes live.
@@ -87,6 +94,9 @@ SUBLAYER_GAIN = 0.05  # o_proj / down_proj scale: each attention/MLP output is ~
 WITNESS_GAIN = 4.0  # rms of one TP rank's partial shared-expert output on the witness coordinates
 TARGET_LOGIT_GAP = 32.0  # logit of B(t) given a hidden state on embed(t)
 TARGET_LOGIT_NOISE = 1.5  # std of the random part of every logit (so non-top logprobs carry numerics)
+# whitespace-only tokens (single bytes outside S) score this much below the noise, whatever the context: a JSON
+# grammar allows unbounded whitespace between tokens, and a greedy bigram model could otherwise loop on it
+WHITESPACE_LOGIT_PENALTY = 30.0
 # kappa: fc writes kappa * a(B(t)); attention adds kappa * a(token) and subtracts kappa * hidden_norm(hidden).
 # The subtraction removes exactly a hidden of rms kappa, so every draft step's output is again kappa * a(its
 # prediction): a fixed point, whatever the number of draft steps.
@@ -99,6 +109,7 @@ DRAFT_MLP_GAIN = 0.02
 RMS_EPS = 1e-6
 ROPE_THETA_DRAFT = 10000.0
 BOS_ID, EOS_ID = 0, 1
+PAIR_FILE = "lab_pair.json"  # in the target directory: generator, preset, seed
 
 
 def capture_layers(layers: int) -> list[int]:
@@ -287,6 +298,10 @@ def build_target(st: Structure, w: Weights) -> None:
     ones("model.norm.weight", H)
     head = w.randn("lm_head.weight", p.vocab, H, std=TARGET_LOGIT_NOISE / math.sqrt(H))
     head[p.s_start : p.s_start + p.s_size] += w.dev(TARGET_LOGIT_GAP / math.sqrt(H) * st.basis[st.pred])
+    # the final norm's output is ~ sqrt(H) E[s] for some s in S, and E[s] . sum(E) = 1 for every s: a row
+    # -c / sqrt(H) * sum(E) scores -c for every context
+    ws = torch.tensor(lab_tokenizer.whitespace_ids(p.vocab, p.s_start, p.s_size), device=w.device)
+    head[ws] -= w.dev(WHITESPACE_LOGIT_PENALTY / math.sqrt(H) * st.basis.sum(0))
     w.put("lm_head.weight", head)
 
 
@@ -432,16 +447,20 @@ def _write_atomic(path: str, write) -> None:
         raise
 
 
-def write_checkpoint(out_dir: str, config: dict, tensors: dict[str, torch.Tensor], generation: bool) -> int:
+def write_checkpoint(out_dir: str, config: dict, tensors: dict[str, torch.Tensor], generation: bool,
+                     extra_files: dict[str, str] | None = None) -> int:
     from safetensors.torch import save_file
 
     os.makedirs(out_dir, exist_ok=True)
 
-    def dump(obj: dict):
+    def text(content: str):
         def write(tmp: str) -> None:
             with open(tmp, "w") as f:
-                f.write(json.dumps(obj, indent=1) + "\n")
+                f.write(content)
         return write
+
+    def dump(obj: dict):
+        return text(json.dumps(obj, indent=1) + "\n")
 
     # weights first, config last: a directory with a config.json is complete
     path = os.path.join(out_dir, "model.safetensors")
@@ -449,6 +468,8 @@ def write_checkpoint(out_dir: str, config: dict, tensors: dict[str, torch.Tensor
     if generation:
         gen = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "do_sample": False}
         _write_atomic(os.path.join(out_dir, "generation_config.json"), dump(gen))
+    for name, content in (extra_files or {}).items():
+        _write_atomic(os.path.join(out_dir, name), text(content))
     _write_atomic(os.path.join(out_dir, "config.json"), dump(config))
     return os.path.getsize(path)
 
@@ -488,7 +509,12 @@ def generate(out: str, preset: str, seed: int, device: str, draft: str) -> dict:
     n_params = sum(t.numel() for t in tw.tensors.values())
     t_build = time.time() - t0
     t1 = time.time()
-    nbytes = write_checkpoint(os.path.join(out, "target"), target_config(p), tw.tensors, generation=True)
+    files = lab_tokenizer.tokenizer_files(p.vocab, p.s_start, p.s_size)
+    # how to recompute the ground truth (bigram_map(preset, seed)) from the model directory alone
+    files[PAIR_FILE] = json.dumps({"generator": "benchmark/models/gen_lab_pair.py", "preset": preset, "seed": seed,
+                                   "S": [p.s_start, p.s_start + p.s_size]}, indent=1) + "\n"
+    nbytes = write_checkpoint(os.path.join(out, "target"), target_config(p), tw.tensors, generation=True,
+                              extra_files=files)
     del tw
     summary["target"] = {"path": os.path.join(out, "target"), "params": n_params, "bytes": nbytes,
                          "build_s": round(t_build, 2), "write_s": round(time.time() - t1, 2)}

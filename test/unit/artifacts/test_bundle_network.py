@@ -1,8 +1,8 @@
 """The lab bundle for real: base 0.5.14 for Python 3.12 with the lab's pinned dependency list filtered by the lab
-image's (partial) package list, in 45 MiB chunks, the kernel wheel replaced by a local stand-in of the same
-layout (CI never downloads the 615 MB sglang-kernel). Downloads sglang / flashinfer (26 MB) and the 33
-dependency wheels (~22 MB) from PyPI once into the cache. With a Python 3.12 on the machine, the chunks are
-staged separately and installed with install.sh, as on the lab."""
+image's package list, in 57 MiB chunks (benchmark/lab/README.md), the kernel wheel replaced by a local stand-in of
+the same layout (CI never downloads the 615 MB sglang-kernel). Downloads sglang / flashinfer (26 MB) and the 36
+dependency wheels (~70 MB, xgrammar 45 MB of it) from PyPI once into the cache. With a Python 3.12 on the
+machine, the chunks are staged separately and installed with install.sh, as on the lab."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     stand_in = kernel_wheel(tmp_path, version="0.4.4", lib_size=4096, tag="py3-none-any")
     opts = BundleOptions(python="3.12", strip=parse_strip("fa3,flashmla,sm100"),
                          deps=LAB / "bundle-deps-0.5.14-py312.txt", installed=LAB / "installed-lab-image.txt",
-                         chunk_mib=45, kernel_wheel=stand_in)
+                         chunk_mib=57, kernel_wheel=stand_in)
     res = make_bundle(get_base("0.5.14"), tmp_path / "whl", opts)
     m = res.manifest
     patched = {f["distribution"]: f["version"] for f in m["files"] if f["kind"] == "patched"}
@@ -55,10 +55,12 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     assert deps == pins  # the image's transformers 5.17.0 / tokenizers 0.23.2 are rejected by sglang's pins
     assert {"transformers", "tokenizers"} <= set(deps)
     unmet = {u["name"] for u in m["dependencies"]["unmet"]}
-    assert {"xgrammar", "flash-attn-4", "torchao"} <= unmet and "torch" not in unmet
+    assert {"flash-attn-4", "torchao", "outlines"} <= unmet and "torch" not in unmet
+    assert not {"xgrammar", "openai-harmony", "jiter"} & unmet  # carried: a normal launch imports them
+    assert m["dependencies"]["launch_path"]["missing"] == []
     assert m["chunks"] == ["c1", "c2"]
     for name, size in res.chunks:
-        assert size <= 45 * 2**20, (name, size)
+        assert size <= 57 * 2**20, (name, size)
 
     py = _python312()
     if py is None:
@@ -72,8 +74,8 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     r = run_install(carry / "c2", "--stage", str(tmp_path / "stage"), "--target", str(site), python=py)
     assert r.returncode == 0, r.stdout + r.stderr
     probe = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
-             "('sglang', 'flashinfer-python', 'sglang-kernel', 'transformers', 'tokenizers')}))")
+             "('sglang', 'flashinfer-python', 'sglang-kernel', 'transformers', 'tokenizers', 'xgrammar')}))")
     out = subprocess.run([py, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
     assert json.loads(out.stdout) == {"sglang": f"0.5.14+{LABEL}", "flashinfer-python": f"0.6.12+{LABEL}",
                                       "sglang-kernel": "0.4.4+stripped.fa3.flashmla.sm100",
-                                      "transformers": "5.8.1", "tokenizers": "0.22.2"}, out.stderr
+                                      "transformers": "5.8.1", "tokenizers": "0.22.2", "xgrammar": "0.2.1"}, out.stderr

@@ -3,7 +3,10 @@
 - the constructed EAGLE-3 draft, run by our reference of sglang's LlamaForCausalLMEagle3 math on the target's
   real aux hidden states, drafts both tokens of a steps=2 chain correctly (accept length 3);
 - the random draft does not; a wrongly captured aux state (per-rank partial sums) destroys acceptance;
-- generation is deterministic; checkpoint names/config keys are what sglang 0.5.14 / 0.5.9 loaders read.
+- generation is deterministic; checkpoint names/config keys are what sglang 0.5.14 / 0.5.9 loaders read;
+- the tokenizer (lab_tokenizer.py, loaded by the real transformers / tokenizers): text round-trips exactly, the
+  chat template renders, a text prompt's greedy continuation through the transformers model is the bigram chain,
+  and whitespace-only tokens never win (the JSON-grammar termination argument).
 """
 
 from __future__ import annotations
@@ -35,8 +38,15 @@ def _load(name: str):
 
 G = _load("gen_lab_pair")
 R = _load("eagle3_reference")
+T = _load("lab_tokenizer")
 P = G.PRESETS["tiny"]
 CAPS = G.capture_layers(P.layers)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(pair):
+    out, _ = pair
+    return transformers.AutoTokenizer.from_pretrained(out / "target")
 
 
 def _sha(path: Path) -> str:
@@ -132,18 +142,20 @@ def _draft(out: Path, name: str, target) -> R.Eagle3Draft:
 
 def test_files_summary_and_determinism(pair, tmp_path):
     out, summary = pair
-    for sub, files in (("target", ["config.json", "generation_config.json", "model.safetensors"]),
+    for sub, files in (("target", ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                   "tokenizer_config.json", "special_tokens_map.json", G.PAIR_FILE]),
                        ("draft", ["config.json", "model.safetensors"]),
                        ("draft-random", ["config.json", "model.safetensors"])):
         assert sorted(p.name for p in (out / sub).iterdir()) == sorted(files)
     assert summary["S"] == [100, 356]
+    assert json.loads((out / "target" / G.PAIR_FILE).read_text())["preset"] == "tiny"
     assert summary["capture_layers"] == [2, 3, 4]
     b = _bigram()
     assert all(b[int(t)] == u for t, u in summary["B_sample"].items())
     # same seed -> byte-identical, different seed -> different
     G.generate(str(tmp_path / "again"), "tiny", 0, "cpu", "both")
     for sub in ("target", "draft", "draft-random"):
-        for f in ("config.json", "model.safetensors"):
+        for f in sorted(p.name for p in (out / sub).iterdir()):
             assert _sha(out / sub / f) == _sha(tmp_path / "again" / sub / f), f"{sub}/{f} differs"
     G.generate(str(tmp_path / "seed1"), "tiny", 1, "cpu", "constructed")
     assert _sha(out / "target/model.safetensors") != _sha(tmp_path / "seed1/target/model.safetensors")
@@ -408,3 +420,93 @@ def test_loader_facts_against_sglang_source():
     ds = (models / "deepseek_v2.py").read_text()
     assert "self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]" in ds
     assert "if layer_ids and layer_ids[0] == 1:" in ds
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The tokenizer (README "The tokenizer")
+
+TEXTS = ["", "plain words", " lead and trail ", '{"ok": true, "color": "red", "n": [1, -2.5e3, null]}',
+         "tabs\tnew\nlines\r\n  runs   of   spaces", "é ü ß 中文 🙂", "\x00\x01\x7f control", "<s> is text here"]
+
+
+def test_tokenizer_round_trips_text_exactly(tokenizer):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    assert len(tokenizer) == P.vocab == len(tokenizer.get_vocab())
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (G.BOS_ID, G.EOS_ID)
+    for text in TEXTS[:-1]:
+        ids = tokenizer.encode(text)
+        assert tokenizer.decode(ids) == text, ids
+        assert all(i >= P.s_start for i in ids)  # plain text never becomes a special token
+    ids = tokenizer.encode(TEXTS[-1])  # a special token's text in a prompt is that token (as in most tokenizers)
+    assert ids[0] == G.BOS_ID and tokenizer.decode(ids) == TEXTS[-1]
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=80))
+    def round_trip(text):
+        assert tokenizer.decode(tokenizer.encode(text)) == text
+
+    round_trip()
+
+
+def test_decoder_inserts_nothing_and_S_spells_text(tokenizer):
+    """The detokenized text of any id sequence is the concatenation of its tokens' texts, and every id of S (all
+    the target ever predicts) is valid UTF-8 on its own: a streamed chunk never splits a character."""
+    s_ids = list(range(P.s_start, P.s_start + P.s_size))
+    pieces = [tokenizer.decode([i]) for i in s_ids]
+    assert all(pc and "\ufffd" not in pc and not pc.isspace() for pc in pieces)
+    assert len(set(pieces)) == P.s_size
+    assert set("".join(pieces)) >= set('{}[]":,-.0123456789truefalsn ')  # enough to spell JSON
+    texts = T.token_texts(P.vocab, P.s_start, P.s_size)
+    whole = [i for i, t in enumerate(texts) if not (len(t) == 1 and ord(t) >= 0x80)]  # not a lone UTF-8 byte
+    rng = torch.Generator().manual_seed(3)
+    seq = [whole[int(j)] for j in torch.randint(0, len(whole), (400,), generator=rng)]
+    assert tokenizer.decode(seq, skip_special_tokens=True) == "".join(
+        tokenizer.decode([i]) for i in seq if i >= P.s_start)
+    assert texts[: len(T.SPECIALS)] == list(T.SPECIALS) and texts[G.BOS_ID] == T.BOS and texts[G.EOS_ID] == T.EOS
+    vocab = tokenizer.get_vocab()
+    merged = [t for i, t in enumerate(texts) if i >= P.s_start and len(t) > 1]
+    assert all(tokenizer.encode(t) == [vocab[tokenizer.convert_ids_to_tokens(texts.index(t))]] for t in merged)
+
+
+def test_chat_template_renders(tokenizer):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 'Say {"hi"}.'}]
+    text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert text == '<|system|>Be brief.<|end|><|user|>Say {"hi"}.<|end|><|assistant|>'
+    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+    special = {t: tokenizer.convert_tokens_to_ids(t) for t in T.SPECIALS}
+    assert ids[0] == special["<|system|>"] and ids[-1] == special["<|assistant|>"]
+    assert ids.count(special["<|end|>"]) == 2 and tokenizer.decode(ids) == text
+
+
+def test_text_prompt_continuation_is_the_bigram_chain(target, tokenizer):
+    """What a user sees: text in, greedy text out, through the real transformers model and tokenizer."""
+    model = target[0]
+    for prompt in ("Hello, world", '{"color": "', "zq"):
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=None,
+                                 pad_token_id=G.EOS_ID)[0, ids.shape[1]:]
+        expect = _chain(ids[0, -1:], 25)[0, 1:]  # B(last prompt token), B(B(...)), ...
+        assert out.tolist() == expect.tolist(), prompt
+        assert tokenizer.decode(out) == "".join(T.token_texts(P.vocab, P.s_start, P.s_size)[t] for t in expect)
+
+
+def test_whitespace_tokens_never_win(target, tokenizer):
+    """A JSON grammar allows any amount of whitespace between tokens; greedy decoding under it terminates only if
+    whitespace never outscores the grammar's other choices (without the penalty the tiny pair's greedy decode
+    under a JSON-schema grammar spends all its tokens on whitespace: README). The lm_head rows of the
+    whitespace-only ids carry -WHITESPACE_LOGIT_PENALTY in every context, so they rank below every other id."""
+    ws = T.whitespace_ids(P.vocab, P.s_start, P.s_size)
+    assert [tokenizer.decode([i]) for i in ws] == ["\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e",
+                                                   "\x1f", " "]
+    assert all(i >= P.s_start + P.s_size for i in ws)  # outside S: the bigram map is untouched
+    rand = torch.randint(0, P.vocab, (2, 64), generator=torch.Generator().manual_seed(11))
+    chain = _chain(torch.tensor([P.s_start + 5]), 64)
+    rest = [i for i in range(P.vocab) if i not in ws]
+    for ids in (rand, chain):
+        logits, _, _, _ = _run(target, ids)
+        gap = (logits[..., rest].min(-1).values - logits[..., ws].max(-1).values).min().item()
+        print(f"whitespace logits max {logits[..., ws].max():.1f}; lowest other logit minus it, min {gap:.1f}")
+        assert gap > 5.0

@@ -1,0 +1,58 @@
+#!/bin/bash
+# One lab session on one GPU (nvidia-h200: 1x H200, TP=1) as back-to-back device calls, run from the repository
+# root on the lab, for the user path (issue 14). Each step writes what comes back into $OUT (at most 8 files) and
+# stays under ~9 minutes:
+#
+#   A  carry .whl/c1  stage chunk 1; the lab image's package list; generate the 10-layer lab pair with its
+#                     tokenizer on the GPU (/tmp/lab: target, draft)                                  (~1-1.5 min)
+#   B  carry .whl/c2  install the bundle into /tmp/site (verifies both chunks), then the user-path GPU tests:
+#                     two servers started by `sglang-blackwell serve` driven by the openai client
+#                     (benchmark/lab/userpath.sh, SGLB_DEADLINE_S default 420)                       (~6-8.5 min)
+#
+#   bash benchmark/lab/session_tp1.sh A|B
+#
+# The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab and /tmp/jit live on it.
+# Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi
+export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
+OUT=${OUT:-/tmp/out}
+T0=$(date +%s)
+log() { echo "[session_tp1 $(( $(date +%s) - T0 ))s] $*"; }
+mkdir -p "$OUT"
+
+gen() {  # gen NAME OUTDIR ARGS...: one generator run, timed, its summary and stderr kept in /tmp/oA
+  local name=$1 dir=$2; shift 2
+  ( /usr/bin/time -v timeout 300 python3 benchmark/models/gen_lab_pair.py --out "$dir" --device cuda "$@" \
+      > /tmp/oA/gen-$name.json 2> /tmp/oA/gen-$name.err; echo "exit $?" >> /tmp/oA/gen-$name.err )
+}
+
+stepA() {
+  rm -rf /tmp/oA; mkdir -p /tmp/oA
+  bash .whl/c1/install.sh --stage /tmp/bundle --stage-only 2>&1 | tee /tmp/oA/stage.log || return 3
+  python3 -m pip list --format=freeze > "$OUT/installed-lab-image.txt"
+  log "generating /tmp/lab (lab preset)"
+  gen lab /tmp/lab --preset lab --draft constructed
+  for n in lab; do log "$n: $(tail -1 /tmp/oA/gen-$n.err); $(grep -E 'Elapsed|Maximum resident' /tmp/oA/gen-$n.err | tr -s ' ' | tr '\n' ';')"; done
+  du -sh /tmp/lab/* 2>&1 | tee /tmp/oA/sizes.txt
+  df -h /tmp | tail -1
+  tar -czf "$OUT/stepA.tar.gz" -C /tmp/oA .
+  grep -q "exit 0" /tmp/oA/gen-lab.err
+}
+
+stepB() {
+  bash .whl/c2/install.sh --stage /tmp/bundle --target /tmp/site 2>&1 | tee "$OUT/install.log" || return 3
+  SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-420} OUT="$OUT" bash benchmark/lab/userpath.sh
+}
+
+case "${1:-}" in
+  A) stepA ;;
+  B) stepB ;;
+  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+esac
+rc=$?
+log "step $1 done: exit $rc"
+ls -la "$OUT"
+exit $rc

@@ -1,0 +1,87 @@
+#!/bin/bash
+# The user-path GPU tests (test/gpu/userpath, marker gpu) in one bounded call, from the repository root, on a
+# machine with >= 1 GPU where the lab bundle is installed in $SGLB_SITE and the lab pair is generated with its
+# tokenizer (/tmp/lab/target, /tmp/lab/draft: benchmark/models/gen_lab_pair.py):
+#     SGLB_DEADLINE_S=420 bash benchmark/lab/userpath.sh [extra pytest arguments, e.g. -k openai]
+# Two servers at TP=1, one after the other, each started as users start it (`sglang-blackwell serve -- ...`:
+# tokenizer, default grammar backend, radix cache, decode CUDA graphs), driven by the real `openai` client: without
+# speculation, then with the EAGLE-3 draft. Meanwhile benchmark/lab/launch_path_probe.py imports the launch path
+# once more on this machine's image (no GPU). Writes into $OUT:
+#     lab-userpath-<date>.json     the receipt (kind lab-userpath): commit it under benchmark/results/
+#     userpath-junit.xml           pytest's JUnit XML
+#     userpath-pytest.log          pytest's output
+#     userpath-artifacts.tar.gz    $SGLB_OUT: facts.json, progress.log, server logs, launch-path-probe.json
+# Environment: OUT (/tmp/out), SGLB_OUT (/tmp/sglb-userpath, emptied first), SGLB_DEADLINE_S (420; the call takes at
+# most SGLB_DEADLINE_S + 90 s), SGLB_LAB_TARGET, SGLB_LAB_DRAFT, SGLB_SITE (/tmp/site), SGLB_PYTHON (python3),
+# PROBE (1; 0: no launch-path probe).
+# Exit code: pytest's (0 = every test passed), 2 bad setting, 3 machine not prepared.
+set -u
+case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi
+export TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=${MAX_JOBS:-16}
+SITE=${SGLB_SITE:-/tmp/site}
+export PYTHONPATH=$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/out}
+export SGLB_OUT=${SGLB_OUT:-/tmp/sglb-userpath}
+export SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-420}
+export SGLB_LAB_TARGET=${SGLB_LAB_TARGET:-/tmp/lab/target} SGLB_LAB_DRAFT=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
+PY=${SGLB_PYTHON:-python3}
+export SGLB_PYTHON=$PY
+T0=$(date +%s)
+log() { echo "[userpath $(( $(date +%s) - T0 ))s] $*"; }
+die() { log "$2"; exit "$1"; }
+
+[[ "$SGLB_DEADLINE_S" =~ ^[0-9]+$ ]] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: expected whole seconds"
+[ "$SGLB_DEADLINE_S" -ge 150 ] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: below 150 s not even one server fits"
+[ -d test/gpu/userpath ] && [ -d python/sglang_blackwell ] || die 2 "run from the sglang-blackwell repository root (no test/gpu/userpath in $PWD)"
+case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
+command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with an NVIDIA GPU"
+ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
+[ "$ngpu" -ge 1 ] || die 3 "nvidia-smi lists no GPU"
+[ -f "$SGLB_LAB_TARGET/tokenizer.json" ] || die 3 "SGLB_LAB_TARGET=$SGLB_LAB_TARGET: no tokenizer.json (generate the pair: python3 benchmark/models/gen_lab_pair.py --out $(dirname "$SGLB_LAB_TARGET") --device cuda)"
+[ -f "$SGLB_LAB_DRAFT/config.json" ] || die 3 "SGLB_LAB_DRAFT=$SGLB_LAB_DRAFT: no config.json (generate the pair)"
+"$PY" -c "import importlib.util as u, sys; m = [n for n in ('sglang', 'openai', 'transformers', 'pytest') if u.find_spec(n) is None]; print('not importable: ' + ', '.join(m)) if m else None; sys.exit(1 if m else 0)" \
+  || die 3 "the stack is not on PYTHONPATH=$PYTHONPATH (install the bundle into $SITE first)"
+
+# a server session an earlier, hard-killed call left behind: end it by its id (bench/eagle3/server.py writes it)
+export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-userpath.sid
+end_leftover() {
+  [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ] || return 0
+  local sid; sid=$(cat "$SGLANG_BLACKWELL_BENCH_PIDFILE")
+  if [[ "$sid" =~ ^[0-9]+$ ]] && [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
+    log "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
+    for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
+  fi
+  rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
+}
+end_leftover
+rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
+log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
+
+probe=
+if [ "${PROBE:-1}" = 1 ]; then  # CPU only (no GPU visible to it): it must not take GPU memory from the servers
+  CUDA_VISIBLE_DEVICES= timeout 150 "$PY" benchmark/lab/launch_path_probe.py --tokenizer "$SGLB_LAB_TARGET" \
+    --site "$SITE" --out "$SGLB_OUT/launch-path-probe.json" > "$SGLB_OUT/launch-path-probe.log" 2>&1 &
+  probe=$!
+fi
+
+timeout -k 20 $(( SGLB_DEADLINE_S + 60 )) "$PY" -m pytest test/gpu/userpath -m gpu -p no:cacheprovider -rA --tb=short \
+  --junitxml="$OUT/userpath-junit.xml" -o junit_family=xunit2 "$@" 2>&1 | tee "$OUT/userpath-pytest.log"
+rc=${PIPESTATUS[0]}
+log "pytest exit code $rc"
+end_leftover
+if [ -n "$probe" ]; then
+  wait "$probe"; log "launch-path probe: exit $? ($(tail -1 "$SGLB_OUT/launch-path-probe.log" | head -c 300))"
+fi
+log "GPU memory used after (MiB): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ');" \
+    "compute processes: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"
+"$PY" -m sglang_blackwell.qualify.userpath_receipt --junit "$OUT/userpath-junit.xml" --facts "$SGLB_OUT/facts.json" \
+  --out "$OUT" --pytest-rc "$rc" || log "receipt NOT written"
+cp "$OUT/userpath-pytest.log" "$SGLB_OUT/" 2>/dev/null
+tar -czf "$OUT/userpath-artifacts.tar.gz" -C "$(dirname "$SGLB_OUT")" "$(basename "$SGLB_OUT")" \
+  || log "artifacts tarball NOT written"
+ls -la "$OUT"
+log "done in $(( $(date +%s) - T0 )) s"
+exit "$rc"

@@ -1,0 +1,151 @@
+"""Configuration of the user-path GPU tests (from the environment), the flags of their two server launches, the
+requests they send, the suite's deadline, its facts file and its progress log. Imports nothing heavy: CPU CI
+collects this directory too (and deselects it: marker `gpu`).
+
+    SGLB_LAB_TARGET   target model dir with its tokenizer (default /tmp/lab/target; gen_lab_pair.py writes it)
+    SGLB_LAB_DRAFT    EAGLE-3 draft dir (default /tmp/lab/draft)
+    SGLB_OUT          artifacts: facts.json, progress.log, server logs (default /tmp/sglb-userpath)
+    SGLB_DEADLINE_S   seconds from collection for the whole suite (default 480): a launch that does not fit is
+                      skipped, with the reason
+    SGLB_PYTHON       interpreter for `sglang-blackwell serve` (default: this one)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+T0 = time.monotonic()  # collection time: the suite's clock starts here
+FACTS_SCHEMA = "sglang-blackwell/userpath-facts/1"
+# every process the suite starts gets these (the lab's rule; harmless elsewhere)
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+# A user's launch at TP=1: tokenizer, default grammar backend, radix cache and decode CUDA graphs all left at their
+# defaults. Two flags differ from sglang's defaults, both for the lab: the bundle's kernel has no FA3 (sglang's
+# default MLA backend on Hopper), and the prefill CUDA graph (torch.compile piecewise) would add minutes of compile
+# to each start of a 30-minute session; decode graphs are captured up to batch 16 (the tests send at most 4).
+USER_FLAGS = ["--attention-backend", "triton", "--cuda-graph-backend-prefill", "disabled",
+              "--cuda-graph-max-bs-decode", "16"]
+EAGLE3_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2", "--speculative-eagle-topk",
+                "1", "--speculative-num-draft-tokens", "3"]  # + --speculative-draft-model-path <draft>
+STARTUP_TIMEOUT_S = 300  # ~60-110 s on the lab (the first start of a machine compiles Triton kernels)
+WARM_STARTUP_S = 90
+RESERVE_S = {"openai": 100, "eagle3": 60}  # requests + teardown after /health, per launch
+REQUEST_TIMEOUT_S = 120.0
+
+NEW_TOKENS = 24
+PROMPTS = ["The capital of France is", '{"color": "', "zq", "Hello, world! " * 12]
+CHATS = [[{"role": "user", "content": "Say hi."}],
+         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 'Reply with {"ok": true}.'}]]
+# Every value is an enum or a boolean: under the grammar the greedy bigram model must pick one of finitely many
+# completions, and whitespace-only tokens score below everything (gen_lab_pair.WHITESPACE_LOGIT_PENALTY), so
+# the answer ends within JSON_MAX_TOKENS (the tiny pair needs ~35 on CPU).
+JSON_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "color", "size"],
+               "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green", "blue"]},
+                              "size": {"enum": ["S", "M", "L"]}}}
+JSON_MAX_TOKENS = 96
+TRACEBACK_MARKERS = ("Traceback (most recent call last)", "Grammar backend disabled",
+                     "OpenAI Responses API (/v1/responses) disabled")
+
+
+def schema_matches(value: Any, schema: dict[str, Any]) -> bool:
+    """The subset of JSON Schema that JSON_SCHEMA uses: object, required, additionalProperties false, boolean, enum
+    (the bundle carries jsonschema, CPU test machines need not)."""
+    if "enum" in schema:
+        return value in schema["enum"]
+    if schema["type"] == "boolean":
+        return isinstance(value, bool)
+    props = schema["properties"]
+    return (isinstance(value, dict) and set(schema["required"]) <= set(value) <= set(props)
+            and all(schema_matches(v, props[k]) for k, v in value.items()))
+
+
+def grammar_backend_used(info: dict[str, Any]) -> str | None:
+    """The grammar backend the scheduler uses, from /server_info: its own server args (internal_states; sglang
+    sets grammar_backend to "none" there when the backend cannot be built), else the HTTP process's."""
+    states = info.get("internal_states") or [{}]
+    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    return state.get("grammar_backend", info.get("grammar_backend"))
+
+
+@dataclass(frozen=True)
+class Config:
+    target: Path
+    draft: Path
+    out: Path
+    deadline_s: float
+    python: str
+
+    @classmethod
+    def from_env(cls) -> Config:
+        raw = os.environ.get("SGLB_DEADLINE_S", "480")
+        try:
+            deadline = float(raw)
+        except ValueError:
+            raise ValueError(f"SGLB_DEADLINE_S={raw!r}: expected seconds") from None
+        return cls(target=Path(os.environ.get("SGLB_LAB_TARGET", "/tmp/lab/target")),
+                   draft=Path(os.environ.get("SGLB_LAB_DRAFT", "/tmp/lab/draft")),
+                   out=Path(os.environ.get("SGLB_OUT", "/tmp/sglb-userpath")), deadline_s=deadline,
+                   python=os.environ.get("SGLB_PYTHON", sys.executable))
+
+    def child_env(self) -> dict[str, str]:
+        return {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1"}
+
+    def sglang_args(self, port: int, speculative: bool) -> list[str]:
+        args = ["--model-path", str(self.target), "--host", "127.0.0.1", "--port", str(port), *USER_FLAGS]
+        if speculative:
+            args += [*EAGLE3_FLAGS, "--speculative-draft-model-path", str(self.draft)]
+        return args
+
+    def serve_command(self, port: int, speculative: bool) -> list[str]:
+        """As the README tells users: `sglang-blackwell serve -- <sglang args>` (TP=1: no --tp)."""
+        return [self.python, "-m", "sglang_blackwell.cli", "serve", "--", *self.sglang_args(port, speculative)]
+
+
+class Deadline:
+    def __init__(self, total_s: float, t0: float = T0):
+        self.total_s, self.t0 = total_s, t0
+
+    def left(self) -> float:
+        return self.total_s - (time.monotonic() - self.t0)
+
+
+class Progress:
+    """Timestamped lines to the real stderr (pytest does not capture them) and to SGLB_OUT/progress.log."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.monotonic() - T0:6.1f}s] {msg}"
+        print(line, file=sys.__stderr__, flush=True)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+
+
+class Facts:
+    """What the suite measured, saved to SGLB_OUT/facts.json after every update (temp file + rename): the
+    receipt (sglang_blackwell.qualify.userpath_receipt) is built from it and the JUnit XML."""
+
+    def __init__(self, path: Path, config: Config):
+        self.path = path
+        self.data: dict[str, Any] = {"schema": FACTS_SCHEMA, "started_unix": round(time.time(), 1),
+                                     "config": {"target": str(config.target), "draft": str(config.draft),
+                                                "deadline_s": config.deadline_s},
+                                     "servers": {}}
+        self.save()
+
+    def server(self, name: str) -> dict[str, Any]:
+        return self.data["servers"].setdefault(name, {})
+
+    def save(self) -> None:
+        self.data["elapsed_s"] = round(time.monotonic() - T0, 1)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name("." + self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+        os.replace(tmp, self.path)
