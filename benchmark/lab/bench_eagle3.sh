@@ -2,7 +2,8 @@
 # `bench eagle3` on the GPU lab (nvidia-h200-x2), run from the repository root:
 #   DEADLINE=560 bash benchmark/lab/bench_eagle3.sh benchmark/lab-synthetic.toml --repeats 1
 # Needs what the lab line leaves on a warm machine: sglang 0.5.14 + deps installed in /tmp/site (the lab bundle's
-# install.sh --target /tmp/site), JIT caches in /tmp/jit, and the generated pair in /tmp/lab/{target,draft}.
+# install.sh --target /tmp/site), JIT caches in /tmp/jit, and the config's generated pair (its [model] target and
+# draft directories: /tmp/lab/{target,draft} for lab-synthetic, /tmp/lab61/... for lab-kimi61).
 # Writes into $OUT/bench: the receipt (.json), the runs (_runs.jsonl), plots if matplotlib is there; server logs
 # as one $OUT/bench-logs.tar.gz. Exit code: the benchmark's (0 pass, 1 verdict failed, 2 bad config,
 # 5/6 server start/teardown problem, 130 interrupted), 3/4 if the machine is not prepared.
@@ -16,8 +17,12 @@ OUT=${OUT:-/tmp/out}; DEADLINE=${DEADLINE:-540}
 CONFIG=$1; shift
 [ -f /tmp/site/.sglang-blackwell-bundle.json ] || [ -f /tmp/site/.lab_installed ] \
   || { echo "no sglang install in /tmp/site: install the lab bundle first (benchmark/lab/README.md)"; exit 3; }
-for d in /tmp/lab/target /tmp/lab/draft; do
-  [ -f "$d/config.json" ] || { echo "missing $d/config.json: generate the lab model pair first"; exit 4; }
+[ -f "$CONFIG" ] || { echo "no config $CONFIG"; exit 2; }
+# the config's own model directories (the lab pair in /tmp/lab, the target-shaped pair in /tmp/lab61, ...)
+dirs=$(python3 -c "import sys, tomllib; m = tomllib.load(open(sys.argv[1], 'rb')).get('model', {}); print(m.get('target', ''), m.get('draft', ''))" "$CONFIG") \
+  || { echo "$CONFIG: not readable TOML"; exit 2; }
+for d in $dirs; do
+  case "$d" in /*) [ -f "$d/config.json" ] || { echo "missing $d/config.json: generate the model pair first (benchmark/models/README.md)"; exit 4; } ;; esac
 done
 export PYTHONPATH=/tmp/site:$PWD/python
 # a server session an earlier, hard-killed call of this script left behind: end it by its id

@@ -5,12 +5,13 @@ speculative acceptance is real and explainable. No training, no downloads. The t
 BPE tokenizer (lab_tokenizer.py: tokenizer.json, tokenizer_config.json with a chat template), so servers start
 as users start them and prompts can be text.
 
-    python3 gen_lab_pair.py --out DIR [--device cuda|cpu] [--seed 0] [--preset lab|tiny]
-                            [--draft constructed|random|both]
+    python3 gen_lab_pair.py --out DIR [--device cuda|cpu] [--seed 0] [--preset lab|kimi61|tiny]
+                            [--draft constructed,random,miss | both]
 
 writes DIR/target/{config.json, generation_config.json, model.safetensors, tokenizer.json,
-tokenizer_config.json, special_tokens_map.json, lab_pair.json (preset and seed)} and DIR/draft/ (the
-constructed or the random draft; with `--draft both` also DIR/draft-random/), then prints a JSON summary.
+tokenizer_config.json, special_tokens_map.json, lab_pair.json (preset and seed)} and DIR/draft/ (the first
+draft kind: constructed = exact, random, or miss = misses by design), DIR/draft-<kind>/ for the others (`--draft
+both`: DIR/draft-random/), then prints a JSON summary.
 Needs only torch and safetensors (the tokenizer files are written as JSON by the standard library). The
 construction is explained in README.md next to this file.
 
@@ -79,6 +80,16 @@ PRESETS: dict[str, Preset] = {
         routed_experts=8, experts_per_token=2, vocab=32000, s_start=100, s_size=2048, embed_support=4096,
         witness_dims=1024, draft_heads=32, draft_kv_heads=8, draft_head_dim=128, draft_intermediate=4096,
     ),
+    # Kimi-K2.5 / DeepSeek-V3's all-reduce shape on one GPU: 61 layers (the first dense), hidden 7168 and the MLA
+    # ranks, so a 3-token verify at TP >= 2 does 122 all-reduces of 3 x 7168 bf16 (42 KB). Heads, experts,
+    # intermediate sizes and vocabulary are small (8 heads = Kimi-K2.5's 64 per rank at TP=8): 3.15 B params,
+    # 6.3 GB. README "The target-shaped pair (kimi61)".
+    "kimi61": Preset(
+        hidden=7168, layers=61, heads=8, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, dense_intermediate=1024, moe_intermediate=128,
+        routed_experts=8, experts_per_token=2, vocab=4096, s_start=100, s_size=2048, embed_support=4096,
+        witness_dims=1024, draft_heads=32, draft_kv_heads=8, draft_head_dim=128, draft_intermediate=4096,
+    ),
     # CPU tests: same construction, small enough for transformers on one CPU core (14.5 M params).
     "tiny": Preset(
         hidden=512, layers=7, heads=8, q_lora_rank=128, kv_lora_rank=64, qk_nope_head_dim=32,
@@ -97,6 +108,7 @@ TARGET_LOGIT_NOISE = 1.5  # std of the random part of every logit (so non-top lo
 # whitespace-only tokens (single bytes outside S) score this much below the noise, whatever the context: a JSON
 # grammar allows unbounded whitespace between tokens, and a greedy bigram model could otherwise loop on it
 WHITESPACE_LOGIT_PENALTY = 30.0
+BIAS_EMBED = 1.0  # the embeddings' value on the bias coordinate (a constant input, like a bias, for the lm_head)
 # kappa: fc writes kappa * a(B(t)); attention adds kappa * a(token) and subtracts kappa * hidden_norm(hidden).
 # The subtraction removes exactly a hidden of rms kappa, so every draft step's output is again kappa * a(its
 # prediction): a fixed point, whatever the number of draft steps.
@@ -105,6 +117,9 @@ DRAFT_ATTN_SCORE = 60.0  # pre-softmax score of a position with itself (others: 
 DRAFT_LOGIT_GAP = 30.0  # draft logit of the predicted token at a clean draft-extend step
 WITNESS_READ_RATIO = 100.0  # fc reads the witness coords: one wrong aux capture -> garbage 100x the signal
 DRAFT_NOISE_GAIN = 0.01  # small random part of every draft weight, relative to its role's scale
+# the draft that misses by design (README "A draft that misses by design"): the acceptance of draft positions
+# 1, 2 of a round, as published for Kimi-K2.6's EAGLE-3 draft on 8x RTX PRO 6000 (num-steps 2, 3 draft tokens)
+MISS_RATES = (0.65, 0.39)
 DRAFT_MLP_GAIN = 0.02
 RMS_EPS = 1e-6
 ROPE_THETA_DRAFT = 10000.0
@@ -158,6 +173,7 @@ class Structure:
     support: torch.Tensor  # target coordinates of the embedding basis
     support_sign: torch.Tensor
     witness: torch.Tensor  # target coordinates only the mirrored shared experts write (sum exactly 0)
+    bias: int  # one target coordinate every embedding holds BIAS_EMBED on and nothing ever writes
     basis: torch.Tensor  # E: (s_size, hidden) float64, orthonormal rows; embed(S_i) = EMBED_RMS*sqrt(H)*E[i]
     draft_dirs: torch.Tensor  # (d_A, s_size) float64: unit column a(S_i) on draft coordinates [0, d_A)
 
@@ -180,8 +196,8 @@ class Structure:
 def build_structure(p: Preset, seed: int) -> Structure:
     if p.s_size & (p.s_size - 1) or p.embed_support & (p.embed_support - 1) or p.embed_support < p.s_size:
         raise ValueError("s_size and embed_support must be powers of two with embed_support >= s_size")
-    if p.embed_support + p.witness_dims > p.hidden:
-        raise ValueError("embed_support + witness_dims must fit in hidden")
+    if p.embed_support + p.witness_dims + 1 > p.hidden:
+        raise ValueError("embed_support + witness_dims + 1 (the bias coordinate) must fit in hidden")
     d_a = min(p.draft_kv_heads * p.draft_head_dim, p.hidden)
     g = torch.Generator().manual_seed(seed)
     cycle = torch.randperm(p.s_size, generator=g)
@@ -193,13 +209,14 @@ def build_structure(p: Preset, seed: int) -> Structure:
     coords = torch.randperm(p.hidden, generator=g)
     support = coords[: p.embed_support]
     witness = coords[p.embed_support : p.embed_support + p.witness_dims]
+    bias = int(coords[p.embed_support + p.witness_dims])
     support_sign = torch.randint(0, 2, (p.embed_support,), generator=g).double() * 2 - 1
     basis = torch.zeros(p.s_size, p.hidden, dtype=torch.float64)
     had = _hadamard_entries(had_rows, p.embed_support)
     basis[:, support] = had * support_sign / math.sqrt(p.embed_support)
     dirs = torch.randn(d_a, p.s_size, generator=g, dtype=torch.float64)
     dirs = dirs / dirs.pow(2).sum(0, keepdim=True).sqrt()
-    return Structure(p, cycle, succ, pred, had_rows, support, support_sign, witness, basis, dirs)
+    return Structure(p, cycle, succ, pred, had_rows, support, support_sign, witness, bias, basis, dirs)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -214,6 +231,8 @@ class Weights:
         self.seed, self.device, self.tensors = seed, device, {}
 
     def randn(self, name: str, *shape: int, std: float) -> torch.Tensor:
+        if self.device == "meta":  # names and shapes only (tests of a preset too big to build on CPU)
+            return torch.empty(*shape, device="meta")
         g = torch.Generator(device=self.device).manual_seed(self.seed * 1_000_003 + zlib.crc32(name.encode()))
         return torch.randn(*shape, generator=g, device=self.device, dtype=torch.float32).mul_(std)
 
@@ -224,7 +243,8 @@ class Weights:
         return torch.zeros(*shape, device=self.device)
 
     def put(self, name: str, t: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> None:
-        self.tensors[name] = t.to(dtype).contiguous().cpu()
+        t = t.to(dtype).contiguous()
+        self.tensors[name] = t if t.is_meta else t.cpu()
 
 
 def token_index(p: Preset) -> torch.Tensor:
@@ -257,9 +277,11 @@ def target_config(p: Preset) -> dict:
 
 def build_target(st: Structure, w: Weights) -> None:
     p, H = st.preset, st.preset.hidden
-    keep = torch.ones(H, 1, device=w.device)  # rows a sublayer may write: everything but the witness coords
+    keep = torch.ones(H, 1, device=w.device)  # rows a sublayer may write: all but the witness and bias coords
     keep[st.witness.to(w.device)] = 0.0
+    keep[st.bias] = 0.0
     emb = w.dev(st.basis)[token_index(p).to(w.device)].mul_(EMBED_RMS * math.sqrt(H))
+    emb[:, st.bias] = BIAS_EMBED
     w.put("model.embed_tokens.weight", emb)
     del emb
 
@@ -298,10 +320,10 @@ def build_target(st: Structure, w: Weights) -> None:
     ones("model.norm.weight", H)
     head = w.randn("lm_head.weight", p.vocab, H, std=TARGET_LOGIT_NOISE / math.sqrt(H))
     head[p.s_start : p.s_start + p.s_size] += w.dev(TARGET_LOGIT_GAP / math.sqrt(H) * st.basis[st.pred])
-    # the final norm's output is ~ sqrt(H) E[s] for some s in S, and E[s] . sum(E) = 1 for every s: a row
-    # -c / sqrt(H) * sum(E) scores -c for every context
+    # the residual's bias coordinate is BIAS_EMBED in every context (nothing writes it), so after the final norm
+    # it is BIAS_EMBED / rms(h): a row entry -c / BIAS_EMBED there scores -c / rms(h) ~ -c whatever the context
     ws = torch.tensor(lab_tokenizer.whitespace_ids(p.vocab, p.s_start, p.s_size), device=w.device)
-    head[ws] -= w.dev(WHITESPACE_LOGIT_PENALTY / math.sqrt(H) * st.basis.sum(0))
+    head[ws, st.bias] -= WHITESPACE_LOGIT_PENALTY / BIAS_EMBED
     w.put("lm_head.weight", head)
 
 
@@ -347,11 +369,12 @@ def _token_maps(w: Weights, p: Preset) -> None:
     w.put("t2d", t2d, torch.bool)
 
 
-def build_draft_constructed(st: Structure, w: Weights) -> None:
+def build_draft_constructed(st: Structure, w: Weights, dmap: torch.Tensor | None = None) -> None:
     """See README "Construction: the draft". Draft residual coordinates [0, d_A) carry a(x), the unit
     direction of token x. fc(aux of t) = kappa * sqrt(H) * a(B(t)); attention (each head attends to its own
     position) adds kappa * sqrt(H) * a(input token) and subtracts kappa * hidden_norm(hidden) on [0, d_A);
-    lm_head row u reads a(B^-1(u))."""
+    lm_head row u reads the directions of the tokens the draft maps to u: a(B^-1(u)) for the exact draft
+    (dmap = B), the sum of a(x) over dmap(x) = u for a draft map dmap (indices into S)."""
     p, H, d_a = st.preset, st.preset.hidden, st.d_a
     hd, nkv, nq = p.draft_head_dim, p.draft_kv_heads, p.draft_heads
     rep = nq // nkv
@@ -378,6 +401,7 @@ def build_draft_constructed(st: Structure, w: Weights) -> None:
     # attention: q = k = K_g(norm(embed)) per kv group (self-match score DRAFT_ATTN_SCORE); v on [0, d_A)
     k_std = math.sqrt(DRAFT_ATTN_SCORE / (H * math.sqrt(hd)))
     kg = w.randn("midlayer.self_attn.k_proj.groups", nkv, hd, H, std=k_std)
+    kg[:, :, st.bias] = 0.0  # every embedding holds the same value there: q and k ignore it
     k = torch.cat([kg.reshape(nkv * hd, H), w.zeros(nkv * hd, H)], dim=1)
     q = torch.cat([kg.repeat_interleave(rep, dim=0).reshape(nq * hd, H), w.zeros(nq * hd, H)], dim=1)
     v = w.zeros(nkv * hd, 2 * H)
@@ -400,8 +424,10 @@ def build_draft_constructed(st: Structure, w: Weights) -> None:
         full = f"midlayer.mlp.{name}.weight"
         w.put(full, w.randn(full, *shape, std=std))
 
+    dmap = st.succ if dmap is None else dmap
+    reads = torch.zeros_like(st.draft_dirs).index_add_(1, dmap, st.draft_dirs)  # column u: sum of a(x), D(x) = u
     head = w.zeros(p.s_size, H)
-    head[:, :d_a] = w.dev(DRAFT_LOGIT_GAP / math.sqrt(H) * st.draft_dirs[:, st.pred].T)
+    head[:, :d_a] = w.dev(DRAFT_LOGIT_GAP / math.sqrt(H) * reads.T)
     w.put("lm_head.weight", head + noise("lm_head.weight", p.s_size, H, scale=DRAFT_LOGIT_GAP / math.sqrt(H)))
     _token_maps(w, p)
 
@@ -427,6 +453,84 @@ def build_draft_random(st: Structure, w: Weights) -> None:
     lin("midlayer.mlp.down_proj.weight", H, inter)
     lin("lm_head.weight", p.s_size, H)
     _token_maps(w, p)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The draft that misses by design
+
+
+def miss_blocks(s_size: int, rates: tuple[float, ...] = MISS_RATES) -> list[int]:
+    """The rounds one pass around the cycle of B makes, in cycle order: each entry j is a block of j agreeing
+    tokens followed by one disagreeing token (j + 1 tokens; a round starting there accepts j drafts). With k =
+    len(rates) draft steps, a block of j <= k is one round of accept length j + 1, wherever a request enters it
+    a round re-aligns to the blocks after one round, and the fraction of rounds accepting >= s drafts is
+    rates[s - 1]. Counts c_j = R (r_j - r_{j+1}) with R = |S| / (1 + sum(rates)) rounds, rounded, the j = 0
+    count closing the cycle exactly; the types are interleaved as evenly as possible (smooth round robin), so
+    every stretch of the cycle has nearly the same mix."""
+    r = [1.0, *rates, 0.0]
+    if any(not 0 <= b <= a <= 1 for a, b in zip(r, r[1:], strict=False)):
+        raise ValueError(f"miss rates {rates}: expected 1 >= r1 >= r2 >= ... >= 0")
+    rounds = round(s_size / (1 + sum(rates)))
+    counts = [round(rounds * (r[j] - r[j + 1])) for j in range(len(rates) + 1)]
+    counts[0] = s_size - sum(c * (j + 1) for j, c in enumerate(counts) if j)
+    if counts[0] < 0:
+        raise ValueError(f"miss rates {rates}: no block sequence of {s_size} tokens has them")
+    total = sum(counts)
+    out: list[int] = []
+    used = [0] * len(counts)
+    for i in range(total):  # smooth round robin: the type furthest behind its share goes next
+        j = max(range(len(counts)), key=lambda j: (counts[j] * (i + 1) / total - used[j], -j))
+        used[j] += 1
+        out.append(j)
+    return out
+
+
+def miss_agree(st: Structure, rates: tuple[float, ...] = MISS_RATES) -> torch.Tensor:
+    """agree[i]: whether the miss draft predicts B correctly after token S_i (laid out along B's cycle by
+    miss_blocks, starting at cycle[0])."""
+    labels = [lab for j in miss_blocks(st.preset.s_size, rates) for lab in [True] * j + [False]]
+    agree = torch.zeros(st.preset.s_size, dtype=torch.bool)
+    agree[st.cycle] = torch.tensor(labels)
+    return agree
+
+
+def miss_map(st: Structure, rates: tuple[float, ...] = MISS_RATES) -> torch.Tensor:
+    """The miss draft's map D (indices into S): D(x) = B(x) where it agrees, else B(B(x)) (never B(x): B is one
+    cycle longer than 2)."""
+    return torch.where(miss_agree(st, rates), st.succ, st.succ[st.succ])
+
+
+def build_draft_miss(st: Structure, w: Weights) -> None:
+    build_draft_constructed(st, w, miss_map(st))
+
+
+def simulate_rounds(st: Structure, dmap: torch.Tensor, last_prompt_id: int, output_len: int,
+                    steps: int) -> dict:
+    """SGLang's greedy EAGLE-3 decoding (topk 1) of one request, from the construction alone: the prefill emits
+    t = B(last prompt token); each round drafts d1 = D(t), d2 = D(d1), ... (steps drafts), accepts the longest
+    prefix that matches B's chain from t, emits it plus the target's bonus token, and continues from the last
+    emitted token, until output_len tokens. Returns the rounds, the accepted-per-round sum (SGLang's server
+    statistic: accepted drafts + 1 per verify, the last round not cut at output_len) and the per-position
+    accept counts."""
+    t = int(token_index(st.preset)[last_prompt_id])
+    t = int(st.succ[t])  # the prefill's token
+    emitted, rounds, accepted, per_pos, each = 1, 0, 0, [0] * steps, []
+    while emitted < output_len:
+        d, truth, a = t, t, 0
+        for s in range(steps):
+            d, truth = int(dmap[d]), int(st.succ[truth])
+            if d != truth:
+                break
+            a += 1
+            per_pos[s] += 1
+        for _ in range(a + 1):
+            t = int(st.succ[t])
+        emitted += a + 1
+        rounds += 1
+        accepted += a + 1
+        each.append(a + 1)
+    return {"rounds": rounds, "accept_tokens": accepted, "per_position": per_pos, "completion_tokens": output_len,
+            "accept_per_round": each}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -519,11 +623,11 @@ def generate(out: str, preset: str, seed: int, device: str, draft: str) -> dict:
     summary["target"] = {"path": os.path.join(out, "target"), "params": n_params, "bytes": nbytes,
                          "build_s": round(t_build, 2), "write_s": round(time.time() - t1, 2)}
 
-    kinds = {"constructed": ["constructed"], "random": ["random"], "both": ["constructed", "random"]}[draft]
+    kinds = draft_kinds(draft)
     for kind in kinds:
         dw = Weights(seed, device)
-        (build_draft_constructed if kind == "constructed" else build_draft_random)(st, dw)
-        sub = "draft" if kind == kinds[0] else "draft-random"
+        DRAFTS[kind](st, dw)
+        sub = "draft" if kind == kinds[0] else f"draft-{kind}"
         nb = write_checkpoint(os.path.join(out, sub), draft_config(p), dw.tensors, generation=False)
         summary[sub] = {"path": os.path.join(out, sub), "kind": kind, "bytes": nb,
                         "params": sum(t.numel() for k, t in dw.tensors.items() if k not in ("d2t", "t2d"))}
@@ -535,11 +639,33 @@ def generate(out: str, preset: str, seed: int, device: str, draft: str) -> dict:
         "B_sample": {str(int(s[i])): int(s[st.succ[i]]) for i in range(8)},
         "B_chain_from_S0": [int(s[i]) for i in _chain(st.succ, 0, 8)],
         "capture_layers": capture_layers(p.layers),
+        **({"miss_blocks": _block_counts(p)} if "miss" in kinds else {}),
         "decode_step": sizing(p, tokens=1),
         "verify_step_3_tokens": sizing(p, tokens=3),
         "preset_shapes": asdict(p),
     })
     return summary
+
+
+def _block_counts(p: Preset) -> dict:
+    blocks = miss_blocks(p.s_size)
+    counts = [blocks.count(j) for j in range(len(MISS_RATES) + 1)]
+    return {"rates": list(MISS_RATES), "rounds_per_cycle": len(blocks), "blocks_by_accepted_drafts": counts,
+            "per_position": [round(sum(counts[s:]) / len(blocks), 4) for s in range(1, len(counts))],
+            "accept_len_per_cycle": round(p.s_size / len(blocks), 4)}
+
+
+DRAFTS = {"constructed": build_draft_constructed, "random": build_draft_random, "miss": build_draft_miss}
+
+
+def draft_kinds(spec: str) -> list[str]:
+    """--draft: a comma list of constructed, random, miss (`both` = constructed,random). The first is written
+    to draft/, the others to draft-<kind>/."""
+    kinds = ["constructed", "random"] if spec == "both" else [k.strip() for k in spec.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in DRAFTS]
+    if not kinds or bad or len(set(kinds)) != len(kinds):
+        raise SystemExit(f"--draft {spec}: expected a comma list of {', '.join(DRAFTS)} (or both), each once")
+    return kinds
 
 
 def _chain(succ: torch.Tensor, start: int, n: int) -> list[int]:
@@ -563,8 +689,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="where the random weights are drawn: cpu or cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", default="lab", choices=sorted(PRESETS))
-    ap.add_argument("--draft", default="constructed", choices=["constructed", "random", "both"])
+    ap.add_argument("--draft", default="constructed",
+                    help="comma list of constructed (exact), random, miss (misses by design); both = "
+                    "constructed,random; the first goes to draft/, the others to draft-<kind>/")
     a = ap.parse_args(argv)
+    draft_kinds(a.draft)  # bad --draft: the error before any work
     torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
     print(json.dumps(generate(a.out, a.preset, a.seed, a.device, a.draft), indent=1))
     return 0

@@ -198,9 +198,11 @@ class Handler(BaseHTTPRequestHandler):
     def response_api(self, body):
         ids = TOK.apply_chat_template([{"role": "user", "content": body["input"]}], add_generation_prompt=True,
                                       tokenize=True, return_dict=False)
-        out = chain(ids, body.get("max_output_tokens") or 16)
+        out = chain(ids, (body.get("max_output_tokens") or 16) - 2)  # sglang 0.5.14 keeps 2 tokens of headroom
         self._json(200, {"id": "resp-1", "object": "response", "created_at": int(time.time()), "model": str(target),
                          "status": "completed", "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
+                         "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out),  # sglang's form
+                                   "total_tokens": len(ids) + len(out)},
                          "output": [{"type": "message", "id": "msg-1", "role": "assistant", "status": "completed",
                                      "content": [{"type": "output_text", "text": TOK.decode(out),
                                                   "annotations": []}]}]})

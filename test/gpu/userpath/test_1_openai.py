@@ -116,9 +116,12 @@ def test_json_schema_response_parses_and_matches(openai_server, env):
 def test_responses_api(openai_server, truth):
     r = openai_server.client.responses.create(model=openai_server.model, input="Say hi.",
                                               max_output_tokens=NEW_TOKENS, temperature=0)
-    # a string input is one user message rendered by the chat template (serving_responses)
-    want = truth.text(truth.continuation(truth.chat_ids([{"role": "user", "content": "Say hi."}]), NEW_TOKENS))
-    assert r.output_text == want
+    # a string input is one user message rendered by the chat template; sglang 0.5.14 keeps 2 of max_output_tokens
+    # as headroom (protocol.py ResponsesRequest.to_sampling_params) and reports usage in the chat form, so the
+    # answer is the ground truth's first n tokens for n in [NEW_TOKENS - 2, NEW_TOKENS]
+    chain = truth.continuation(truth.chat_ids([{"role": "user", "content": "Say hi."}]), NEW_TOKENS)
+    assert r.status == "completed"
+    assert r.output_text in {truth.text(chain[:n]) for n in range(NEW_TOKENS - 2, NEW_TOKENS + 1)}, r.output_text
 
 
 BAD = {

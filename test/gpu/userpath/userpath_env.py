@@ -44,7 +44,8 @@ CHATS = [[{"role": "user", "content": "Say hi."}],
          [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 'Reply with {"ok": true}.'}]]
 # Every value is an enum or a boolean: under the grammar the greedy bigram model must pick one of finitely many
 # completions, and whitespace-only tokens score below everything (gen_lab_pair.WHITESPACE_LOGIT_PENALTY), so
-# the answer ends within JSON_MAX_TOKENS (the tiny pair needs ~35 on CPU).
+# the answer ends within JSON_MAX_TOKENS (on CPU through sglang's xgrammar backend: 29 tokens for the lab pair, 33
+# for tiny; benchmark/models/README.md "Whitespace never wins").
 JSON_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "color", "size"],
                "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "green", "blue"]},
                               "size": {"enum": ["S", "M", "L"]}}}

@@ -3,6 +3,8 @@
 - the constructed EAGLE-3 draft, run by our reference of sglang's LlamaForCausalLMEagle3 math on the target's
   real aux hidden states, drafts both tokens of a steps=2 chain correctly (accept length 3);
 - the random draft does not; a wrongly captured aux state (per-rank partial sums) destroys acceptance;
+- the draft that misses by design drafts exactly its map D, so its acceptance per position and per SGLang round is
+  the one computed from the construction (gen_lab_pair.miss_blocks / simulate_rounds) before any run;
 - generation is deterministic; checkpoint names/config keys are what sglang 0.5.14 / 0.5.9 loaders read;
 - the tokenizer (lab_tokenizer.py, loaded by the real transformers / tokenizers): text round-trips exactly, the
   chat template renders, a text prompt's greedy continuation through the transformers model is the bigram chain,
@@ -56,7 +58,7 @@ def _sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     out = tmp_path_factory.mktemp("pair")
-    summary = G.generate(str(out), "tiny", 0, "cpu", "both")
+    summary = G.generate(str(out), "tiny", 0, "cpu", "constructed,random,miss")
     return out, summary
 
 
@@ -145,7 +147,8 @@ def test_files_summary_and_determinism(pair, tmp_path):
     for sub, files in (("target", ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                                    "tokenizer_config.json", "special_tokens_map.json", G.PAIR_FILE]),
                        ("draft", ["config.json", "model.safetensors"]),
-                       ("draft-random", ["config.json", "model.safetensors"])):
+                       ("draft-random", ["config.json", "model.safetensors"]),
+                       ("draft-miss", ["config.json", "model.safetensors"])):
         assert sorted(p.name for p in (out / sub).iterdir()) == sorted(files)
     assert summary["S"] == [100, 356]
     assert json.loads((out / "target" / G.PAIR_FILE).read_text())["preset"] == "tiny"
@@ -153,8 +156,8 @@ def test_files_summary_and_determinism(pair, tmp_path):
     b = _bigram()
     assert all(b[int(t)] == u for t, u in summary["B_sample"].items())
     # same seed -> byte-identical, different seed -> different
-    G.generate(str(tmp_path / "again"), "tiny", 0, "cpu", "both")
-    for sub in ("target", "draft", "draft-random"):
+    G.generate(str(tmp_path / "again"), "tiny", 0, "cpu", "constructed,random,miss")
+    for sub in ("target", "draft", "draft-random", "draft-miss"):
         for f in sorted(p.name for p in (out / sub).iterdir()):
             assert _sha(out / sub / f) == _sha(tmp_path / "again" / sub / f), f"{sub}/{f} differs"
     G.generate(str(tmp_path / "seed1"), "tiny", 1, "cpu", "constructed")
@@ -386,6 +389,13 @@ def test_bad_arguments_are_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         G.main(["--out", str(tmp_path / "x"), "--preset", "nope"])
     assert "--preset" in capsys.readouterr().err
+    for bad in ("nope", "miss,miss", ""):
+        with pytest.raises(SystemExit) as e:
+            G.main(["--out", str(tmp_path / "x"), "--preset", "tiny", "--draft", bad])
+        assert "--draft" in str(e.value)
+    assert not (tmp_path / "x").exists()  # nothing written
+    assert G.draft_kinds("both") == ["constructed", "random"] and G.draft_kinds("miss,constructed") == [
+        "miss", "constructed"]
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit) as e:
             G.main(["--out", str(tmp_path / "x"), "--preset", "tiny", "--device", "cuda"])
@@ -510,3 +520,78 @@ def test_whitespace_tokens_never_win(target, tokenizer):
         gap = (logits[..., rest].min(-1).values - logits[..., ws].max(-1).values).min().item()
         print(f"whitespace logits max {logits[..., ws].max():.1f}; lowest other logit minus it, min {gap:.1f}")
         assert gap > 5.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The draft that misses by design (README "A draft that misses by design")
+
+
+@pytest.mark.parametrize("preset", ["tiny", "kimi61"])
+def test_miss_blocks_give_the_rates_and_every_request_realigns(preset):
+    p = G.PRESETS[preset]
+    blocks = G.miss_blocks(p.s_size)
+    counts = [blocks.count(j) for j in range(3)]
+    assert sum((j + 1) * c for j, c in enumerate(counts)) == p.s_size  # the blocks tile the cycle exactly
+    rates = [sum(counts[s:]) / len(blocks) for s in (1, 2)]
+    # rounding R (|S| / 2.04 rounds) and c_j = R (r_j - r_j+1) to integers moves each rate by <= 1.5 / R
+    assert all(abs(r - t) <= 1.5 / len(blocks) for r, t in zip(rates, G.MISS_RATES, strict=True)), rates
+    assert abs(p.s_size / len(blocks) - (1 + sum(G.MISS_RATES))) < 0.01
+    # evenly interleaved: any 40 consecutive rounds (one SGLang roll-up) hold each type within 2 of its share
+    for j, c in enumerate(counts):
+        window = [sum(1 for b in (blocks * 2)[i : i + 40] if b == j) for i in range(len(blocks))]
+        assert max(abs(w - 40 * c / len(blocks)) for w in window) <= 2, (j, min(window), max(window))
+    st = G.build_structure(p, 0)
+    agree, dmap = G.miss_agree(st), G.miss_map(st)
+    assert torch.equal(dmap[agree], st.succ[agree]) and bool((dmap[~agree] != st.succ[~agree]).all())
+    # from every entry point of the cycle the rounds re-align to the blocks after at most one round
+    starts, pos = set(), 0
+    for j in blocks:
+        starts.add(pos)
+        pos += j + 1
+    index_of = torch.empty_like(st.cycle)
+    index_of[st.cycle] = torch.arange(p.s_size)
+    for k in range(p.s_size):
+        t, seen = int(st.cycle[k]), []
+        for _ in range(3):  # three rounds by hand: accept 1 + [t agrees] + [t and B(t) agree]
+            a = 1 + int(agree[t]) + int(agree[t] and agree[st.succ[t]])
+            for _ in range(a):
+                t = int(st.succ[t])
+            seen.append(int(index_of[t]) in starts)
+        assert seen[0] and seen[1], k
+
+
+def test_miss_draft_drafts_its_map_and_accepts_what_was_computed(pair, target):
+    """The miss draft, run by the reference of sglang's draft math on the target's real captured states, drafts
+    exactly D (margins checked), and SGLang's rounds over its drafts accept exactly what simulate_rounds computed
+    from the construction alone."""
+    out, _ = pair
+    draft = _draft(out, "draft-miss", target)
+    st = G.build_structure(P, 0)
+    dmap = G.miss_map(st)
+    s_ids = torch.arange(P.s_start, P.s_start + P.s_size)
+    index = G.token_index(P)
+
+    def d_of(ids: torch.Tensor) -> torch.Tensor:
+        return s_ids[dmap[index[ids]]]
+
+    g = torch.Generator().manual_seed(13)
+    prompt = torch.randint(0, P.vocab, (2, 40), generator=g)
+    ids = torch.cat([prompt, _chain(_bigram()[prompt[:, -1]], 200)], dim=1)
+    _, aux, _, _ = _run(target, ids)
+    for s in range(2):
+        (d1, d2), (m1, m2) = R.draft_chain(draft, aux[s], ids[s], 2)
+        assert torch.equal(d1, d_of(ids[s, 1:])) and torch.equal(d2, d_of(d1))  # the draft is its map D
+        assert min(m1.min().item(), m2.min().item()) > 10.0
+        print(f"miss draft: min margins {m1.min():.1f} / {m2.min():.1f}")
+        acc = R.accept_chain([d1, d2], ids[s])  # a round starting at each position j (last verified token j+1)
+        # SGLang's rounds: the prefill emits ids[40]; a round at last-verified position q accepts acc[q - 1]
+        n_out = ids.shape[1] - 40 - 3  # stay inside the computed window
+        q, emitted, got = 40, 1, []
+        while emitted < n_out:
+            a = int(acc[q - 1])
+            got.append(a)
+            q, emitted = q + a, emitted + a
+        sim = G.simulate_rounds(st, dmap, int(prompt[s, -1]), n_out, 2)
+        assert got == sim["accept_per_round"] and sim["accept_tokens"] == sum(got)
+        print(f"miss draft, request {s}: {len(got)} rounds, accept length {sum(got) / len(got):.4f} "
+              f"(reference draft) = {sim['accept_tokens'] / sim['rounds']:.4f} (computed)")
