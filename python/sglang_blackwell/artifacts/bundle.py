@@ -9,9 +9,9 @@ script that verifies it before installing:
 
 With --chunk-mib N the files are split over chunk directories c1, c2, ... (each under N MiB with its own copy of
 the manifest and install script) that can travel separately; install.sh brings them together (--stage).
-What a normal launch of the base line imports is data (launch_deps.toml): a known launch-path dependency that
-neither the bundle nor the --installed list has is a warning, one line each, naming it and what it is needed for
-(manifest: dependencies.launch_path).
+What a normal launch of the base line imports is data (patches/<base>/launch_deps.toml): a known launch-path
+dependency that neither the bundle nor the --installed list has is a warning, one line each, naming it and what
+it is needed for (manifest: dependencies.launch_path).
 The bundle is written to a temporary directory next to --out and renamed into place when complete: a failed run
 leaves nothing half-written. The same inputs give the same bytes (no timestamps; wheels are reproducible).
 """
@@ -57,7 +57,7 @@ from .strip import KernelPart, strip_kernel_wheel
 SCHEMA = "sglang-blackwell/bundle/1"
 KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")
 INSTALLER = Path(__file__).with_name("bundle_installer.py")
-LAUNCH_DEPS = Path(__file__).with_name("launch_deps.toml")
+LAUNCH_DEPS_FILE = "launch_deps.toml"  # in patches/<base>/: what a normal launch of that line imports
 INSTALL_SH = """#!/usr/bin/env bash
 # Verify this sglang-blackwell bundle (size + sha256 of every file in manifest.json), then install it.
 # bash install.sh --help; PYTHON=/path/to/python3 selects the interpreter (default: python3).
@@ -84,7 +84,7 @@ class BundleOptions:
     no_kernel: bool = False
     index_url: str | None = None
     find_links: tuple[str, ...] = ()
-    launch_deps: Path = LAUNCH_DEPS  # what a normal launch imports, per base line
+    launch_deps: Path | None = None  # what a normal launch imports (default: the base's launch_deps.toml)
 
 
 @dataclass
@@ -191,19 +191,20 @@ def _dependencies(base: Base, roots: list[WheelInfo], opts: BundleOptions, targe
     return sel, info
 
 
-def load_launch_deps(base_name: str, path: Path = LAUNCH_DEPS) -> dict[str, str] | None:
-    """The known launch-path dependencies of a base line (distribution -> what a normal launch needs it for), or
-    None when the file has no list for it."""
+def load_launch_deps(base: Base, path: Path | None = None) -> dict[str, str] | None:
+    """The known launch-path dependencies of a base line (distribution -> what a normal launch needs it for), from
+    patches/<base>/launch_deps.toml (or `path`); None when the line has no such list."""
+    path = path or base.dir / LAUNCH_DEPS_FILE
+    if not path.exists():
+        return None
     try:
         data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise UserError(f"{path}: cannot read the launch-path dependencies: {e}") from None
-    line = (data.get("lines") or {}).get(base_name)
-    if line is None:
-        return None
-    if not isinstance(line, dict) or not all(isinstance(v, str) and v for v in line.values()):
-        raise UserError(f'{path}: [lines."{base_name}"] must map distribution names to what a launch needs them for')
-    return {canonicalize_name(k): v for k, v in line.items()}
+    deps = data.get("launch_deps")
+    if not isinstance(deps, dict) or not all(isinstance(v, str) and v for v in deps.values()):
+        raise UserError(f"{path}: [launch_deps] must map distribution names to what a launch needs them for")
+    return {canonicalize_name(k): v for k, v in deps.items()}
 
 
 def launch_path_gaps(known: dict[str, str], carried: set[str], installed: dict[str, Installed] | None) -> list[dict]:
@@ -215,11 +216,12 @@ def launch_path_gaps(known: dict[str, str], carried: set[str], installed: dict[s
 
 def _launch_path(base: Base, sel: Selection, installed: dict[str, Installed] | None, opts: BundleOptions,
                  say: Progress) -> dict:
-    known = load_launch_deps(base.name, opts.launch_deps)
+    path = opts.launch_deps or base.dir / LAUNCH_DEPS_FILE
+    known = load_launch_deps(base, path)
     if known is None:
-        say(f"note: {opts.launch_deps.name} has no launch-path list for base {base.name}: nothing checks that the "
+        say(f"note: base {base.name} has no launch-path list ({path} is missing): nothing checks that the "
             "bundle carries what a normal launch imports")
-        return {"file": str(opts.launch_deps), "known": None, "missing": []}
+        return {"file": str(path), "known": None, "missing": []}
     missing = launch_path_gaps(known, {w.name for w in sel.wheels}, installed)
     if installed is None:
         if missing:
@@ -229,7 +231,7 @@ def _launch_path(base: Base, sel: Selection, installed: dict[str, Installed] | N
         for m in missing:
             say(f"warning: {m['name']} is neither in the bundle nor on the target (--installed); a normal launch "
                 f"needs it: {m['needed_for']}")
-    return {"file": str(opts.launch_deps), "known": len(known), "missing": missing}
+    return {"file": str(path), "known": len(known), "missing": missing}
 
 
 def _entries(sel: Selection, kernel_meta: dict | None, patched_meta: dict[str, dict], pins_line: dict[str, int],

@@ -1,5 +1,5 @@
 """`bundle` warns when the bundle plus the target's --installed list lacks a distribution that a normal launch of
-the base line imports (launch_deps.toml): one line each, naming it and what the launch needs it for.
+the base line imports (patches/<base>/launch_deps.toml): one line each, naming it and what the launch needs it for.
 The real 0.5.14 list against the real lab files; the warning end to end on the small test base (no internet)."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from sglang_blackwell.artifacts.bundle import (
-    LAUNCH_DEPS,
     BundleOptions,
     launch_path_gaps,
     load_launch_deps,
@@ -20,7 +19,7 @@ from sglang_blackwell.artifacts.deps import read_installed, read_pins
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, list_bases
 
-from .bundle_fixtures import isolated_pip_env, make_world
+from .bundle_fixtures import isolated_pip_env, lock_world, make_world
 from .test_bundle import PY, _pins
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,7 +28,7 @@ OURS = {"sglang", "flashinfer-python", "sglang-kernel"}  # the bundle's patched 
 
 
 def test_the_lab_bundle_covers_the_0514_launch_path():
-    known = load_launch_deps("0.5.14")
+    known = load_launch_deps(get_base("0.5.14"))
     assert known is not None and len(known) > 50
     for name in ("xgrammar", "openai-harmony", "jiter"):  # what the lab's first normal launch lacked
         assert name in known and known[name]
@@ -48,22 +47,22 @@ def test_the_lab_bundle_covers_the_0514_launch_path():
 def test_launch_deps_is_data_per_real_base_line():
     from sglang_blackwell.tomlio import tomllib
 
-    data = tomllib.loads(LAUNCH_DEPS.read_text())
-    bases = {b.name for b in list_bases()}
-    assert set(data["lines"]) <= bases
-    for line, deps in data["lines"].items():
-        assert all(canonicalize_name(k) == k for k in deps), line  # canonical names: what --installed matches
-    assert load_launch_deps("0.5.9") is None  # not probed: no list, and bundle says so
+    for base in list_bases():
+        f = base.dir / "launch_deps.toml"
+        if f.exists():
+            deps = tomllib.loads(f.read_text())["launch_deps"]
+            assert all(canonicalize_name(k) == k for k in deps), base.name  # canonical: what --installed matches
+    assert load_launch_deps(get_base("0.5.9")) is None  # not probed: no list, and bundle says so
 
 
 def test_a_broken_launch_deps_file_is_named(tmp_path):
     bad = tmp_path / "launch_deps.toml"
-    bad.write_text('[lines."0.5.14"]\nxgrammar = 3\n')
-    with pytest.raises(UserError, match=r"launch_deps.toml: \[lines.\"0.5.14\"\] must map"):
-        load_launch_deps("0.5.14", bad)
+    bad.write_text('[launch_deps]\nxgrammar = 3\n')
+    with pytest.raises(UserError, match=r"launch_deps.toml: \[launch_deps\] must map"):
+        load_launch_deps(get_base("0.5.14"), bad)
     bad.write_text("[lines\n")
     with pytest.raises(UserError, match="launch_deps.toml: cannot read"):
-        load_launch_deps("0.5.14", bad)
+        load_launch_deps(get_base("0.5.14"), bad)
 
 
 def test_bundle_warns_one_line_per_missing_launch_dependency(tmp_path, server, monkeypatch):
@@ -71,8 +70,9 @@ def test_bundle_warns_one_line_per_missing_launch_dependency(tmp_path, server, m
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(world.base.parent))
     monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
     isolated_pip_env(monkeypatch)
+    lock_world(world, PY)  # bundle --deps checks every pin against the base's lock
     known = tmp_path / "launch_deps.toml"
-    known.write_text('[lines."9.9.9"]\ndepb = "the b endpoint"\ndepc = "the c backend"\n'
+    known.write_text('[launch_deps]\ndepb = "the b endpoint"\ndepc = "the c backend"\n'
                      'Dep_Z = "the z grammar: the server dies at start"\nnumpy = "everything"\n')
     installed = tmp_path / "installed.txt"
     installed.write_text("torch==2.11.0\nnumpy==2.0\n")
