@@ -4,7 +4,7 @@ Every error names the file and the key at fault. Unknown keys are errors (a typo
 to a default). Paths in the config (the prompt file) are relative to the config file's directory.
 
     name = "lab-synthetic"
-    [model]     target, draft, tokenizer ("target" | "none" | a path)
+    [model]     target, draft, tokenizer ("target" | "none" | a path), target_layers
     [server]    tp, launcher, host, port, args, env, startup_timeout_s, teardown_grace_s, record_step_time
     [speculative] args                      (added to every arm with speculative = true, with the draft path)
     [arms.<name>] speculative, args, env    (at least two arms; one baseline, one speculative)
@@ -15,7 +15,7 @@ to a default). Paths in the config (the prompt file) are relative to the config 
                 (SGLang's native /generate; input_ids with tokenizer = "none"). Default: "completions" when the
                 model has a tokenizer, else "generate". The OpenAI APIs always stream; `stream` is for /generate.
     [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
-                expect_break_even
+                accept_len_tolerance, expect_break_even
     [profile]   steps, arms, timeout_s      (optional torch-profiler window for draft/verify/decode GPU times)
 """
 
@@ -48,6 +48,7 @@ class ModelSpec:
     target: str
     draft: str | None
     tokenizer: str  # "target" (the target's own), "none" (--skip-tokenizer-init), or a path
+    target_layers: int | None = None  # the target's layer count (num_hidden_layers), carried into the receipt
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class VerdictSpec:
     min_fusion_gain: float | None  # 0.15: fusion-on verify (or round) >= 15% faster; None: report only
     expect_accept_len: float | None
     expect_break_even: float | None
+    accept_len_tolerance: float | None = None  # set: |measured - expect_accept_len| <= it is a verdict check
 
 
 @dataclass(frozen=True)
@@ -241,9 +243,10 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
     name = top.str_("name", path.stem)
     description = top.str_("description", "") if top.has("description") else ""
 
-    m = _Section(path, "model", top._get("model", None, True), {"target", "draft", "tokenizer"})
+    m = _Section(path, "model", top._get("model", None, True), {"target", "draft", "tokenizer", "target_layers"})
     model = ModelSpec(target=m.str_("target", required=True), draft=m.str_("draft"),
-                      tokenizer=m.str_("tokenizer", "target"))
+                      tokenizer=m.str_("tokenizer", "target"),
+                      target_layers=m.int_("target_layers") if m.has("target_layers") else None)
 
     s = _Section(path, "server", top._get("server", None, True),
                  {"tp", "launcher", "host", "port", "args", "env", "startup_timeout_s", "teardown_grace_s",
@@ -284,7 +287,7 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
 
     v = _Section(path, "verdict", top._get("verdict", None, True),
                  {"baseline", "speculative", "min_ratio", "fusion", "min_fusion_gain", "expect_accept_len",
-                  "expect_break_even"})
+                  "accept_len_tolerance", "expect_break_even"})
     baseline = v.str_("baseline", required=True)
     _check_arm(v, "baseline", baseline, arms, speculative=False)
     spec_arms = v.str_list("speculative", [a.name for a in arms.values() if a.speculative])
@@ -306,7 +309,10 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
         fusion_on=fusion[0] if fusion else None, fusion_off=fusion[1] if fusion else None,
         min_fusion_gain=min_fusion_gain,
         expect_accept_len=v.num("expect_accept_len", None, min_=1.0),
-        expect_break_even=v.num("expect_break_even", None, min_=0.0))
+        expect_break_even=v.num("expect_break_even", None, min_=0.0),
+        accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0))
+    if verdict.accept_len_tolerance is not None and verdict.expect_accept_len is None:
+        raise v.error("accept_len_tolerance", "needs expect_accept_len (the value it is a tolerance of)")
 
     p = _Section(path, "profile", top._get("profile", {}, False), {"steps", "arms", "timeout_s"})
     profile = ProfileSpec(steps=p.int_("steps", 0, min_=0),

@@ -141,6 +141,8 @@ def run(a: argparse.Namespace) -> int:
         if attach:
             check_attached(attach)  # a dead URL is bad input: exit 2 before anything is written
         mode = "attach" if attach else "launch"
+        if not attach:
+            check_target_layers(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
         runs = []
         try:
@@ -226,6 +228,20 @@ def server_env(cfg: BenchConfig, arm: ArmSpec) -> dict[str, str]:
     if cfg.server.record_step_time:
         env["SGLANG_RECORD_STEP_TIME"] = "1"
     return env
+
+
+def check_target_layers(cfg: BenchConfig) -> None:
+    """[model] target_layers against the local target's config.json (bad input: exit 2, before any launch)."""
+    want = cfg.model.target_layers
+    conf = Path(cfg.model.target) / "config.json"
+    if want is None or not conf.is_file():
+        return
+    try:
+        have = json.loads(conf.read_text()).get("num_hidden_layers")
+    except (OSError, ValueError) as e:
+        raise UserError(f"{conf}: cannot read num_hidden_layers ({e})") from None
+    if have != want:
+        raise UserError(f"{cfg.path}: [model] target_layers = {want}, but {conf} says num_hidden_layers = {have}")
 
 
 def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, attach: dict[str, str] | None,
@@ -567,7 +583,8 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
     return receipts.make_receipt(
         KIND,
         summary(agg, verdict, v_run, machine=nvidia.machine_label(m), tp=cfg.server.tp, config=cfg.name,
-                api=cfg.workload.api_family, engine=engine_label(runs, v_run.speculative[0])),
+                api=cfg.workload.api_family, engine=engine_label(runs, v_run.speculative[0]),
+                target_layers=cfg.model.target_layers),
         tp=cfg.server.tp, machine=m, versions=versions,
         config={"name": cfg.name, "path": str(cfg.path), "sha256": cfg.sha256, "content": cfg.raw},
         mode=mode,
@@ -629,7 +646,11 @@ def report_text(receipt: dict[str, Any]) -> str:
                          f"{t['n'] if t else 0:>4}")
     v = receipt["verdict"]
     for k in v["checks"]:
-        if "worst_over_best" in k:
+        if k.get("kind") == "accept_len":
+            lines.append(f"c={k['concurrency']} {k['arm']}: accept length {_fmt(k['accept_len'])} "
+                         f"(expected {k['expect_accept_len']} +- {k['tolerance']}): "
+                         + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
+        elif "worst_over_best" in k:
             lines.append(f"c={k['concurrency']} {k['arm']} vs {k['baseline']}: "
                          f"worst/best {k['worst_over_best']:.3f} "
                          f"(need >= {k['min_ratio']}), median ratio {k['median_ratio']:.3f}, accept "

@@ -154,6 +154,8 @@ def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], 
                     median_ratio=cmp_["median_ratio"], spread_fail=True,
                     expect_accept_len=v.expect_accept_len, expect_break_even=v.expect_break_even)
             checks.append(check)
+    if v.accept_len_tolerance is not None:
+        checks += _accept_checks(agg, v)
     table = [t for arm in (spec_arms or list(v.speculative)) for c in concurrency
              if (t := compare(agg, v.baseline, arm, c)) is not None]
     fusion = fusion_comparison(agg, v, concurrency)
@@ -162,6 +164,9 @@ def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], 
         if not k["passed"]:
             why = k.get("why") or (f"worst {k['worst_spec_tok_s']} tok/s < {k['min_ratio']} x best baseline "
                                    f"{k['best_baseline_tok_s']} tok/s")
+            if k.get("kind") == "accept_len":
+                reasons.append(f"concurrency {k['concurrency']}, {k['arm']}: {why}")
+                continue
             reasons.append(f"concurrency {k['concurrency']}, {k['arm']}: {why}")
     if fusion and fusion.get("passed") is False:
         reasons.append(f"fusion gain {fusion.get('gain')} < required {v.min_fusion_gain}")
@@ -170,6 +175,28 @@ def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], 
         reasons.append("no verdict check ran")
     return {"rule": RULE, "passed": not reasons, "checks": checks, "fusion": fusion, "table": table,
             "reasons": reasons}
+
+
+def _accept_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
+    """The measured accept length within expect_accept_len +- accept_len_tolerance, at every verdict
+    concurrency and for every verdict arm (the median over repeats: a constructed draft's acceptance is known
+    before the run, so a miss is a defect, not noise)."""
+    out = []
+    for c in sorted(v.min_ratio):
+        for arm in v.speculative:
+            got = _median(_vals(agg, arm, c, "accept_len"))
+            k: dict[str, Any] = {"kind": "accept_len", "concurrency": c, "arm": arm,
+                                 "expect_accept_len": v.expect_accept_len, "tolerance": v.accept_len_tolerance,
+                                 "accept_len": round(got, 4) if got is not None else None}
+            if got is None:
+                k.update(passed=False, why="no accept length measured")
+            else:
+                k["passed"] = abs(got - v.expect_accept_len) <= v.accept_len_tolerance
+                if not k["passed"]:
+                    k["why"] = (f"accept length {got:.4f} outside {v.expect_accept_len} +- "
+                                f"{v.accept_len_tolerance}")
+            out.append(k)
+    return out
 
 
 def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
@@ -208,12 +235,14 @@ def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
 
 
 def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, machine: str, tp: int,
-            config: str, api: str = "generate", engine: str | None = None) -> dict[str, Any]:
+            config: str, api: str = "generate", engine: str | None = None,
+            target_layers: int | None = None) -> dict[str, Any]:
     """The small, comparable block every receipt of this kind carries. The latency keys are of the verdict's
     (first) speculative arm at concurrency 1: the median over repeats of each run's p50 (ttft, tpot) or p99
     (itl); tok_s_c1 and baseline_tok_s_c1 are median output tok/s over repeats."""
     arm = v.speculative[0]
-    c1 = next((k for k in verdict["checks"] if k["concurrency"] == 1 and k["arm"] == arm), None)
+    c1 = next((k for k in verdict["checks"] if k["concurrency"] == 1 and k["arm"] == arm
+               and k.get("kind") != "accept_len"), None)
     if c1 is None or "median_ratio" not in c1:
         spec1 = _vals(agg, arm, 1, "tok_s")
         base1 = _vals(agg, v.baseline, 1, "tok_s")
@@ -230,6 +259,8 @@ def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, mac
         "machine": machine, "tp": tp, "config": config,
         "speedup_c1": round(c1["median_ratio"], 4) if c1.get("median_ratio") is not None else None,
         "accept_len": c1.get("accept_len"), "break_even_accept_len": c1.get("break_even_accept_len"),
+        "expect_accept_len": v.expect_accept_len, "accept_len_tolerance": v.accept_len_tolerance,
+        "target_layers": target_layers,
         "verify_ms_fusion_on": f.get("verify_ms_on"), "verify_ms_fusion_off": f.get("verify_ms_off"),
         "round_ms_fusion_on": f.get("round_ms_on"), "round_ms_fusion_off": f.get("round_ms_off"),
         "verify_allreduce_norm_ms_fusion_on": f.get("verify_allreduce_norm_ms_on"),

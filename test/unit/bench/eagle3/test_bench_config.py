@@ -205,3 +205,29 @@ def test_with_tp_changes_the_size_and_the_hash():
     assert tp4.sha256 != cfg.sha256 and with_tp(cfg, 2) is cfg and cfg.raw["server"]["tp"] == 2
     with pytest.raises(UserError, match="--tp"):
         with_tp(cfg, 0)
+
+
+
+def test_target_layers_and_accept_tolerance_keys(tmp_path):
+    import copy
+
+    from sglang_blackwell import tomlio
+    from sglang_blackwell.bench.eagle3.harness import check_target_layers
+
+    cfg = load_config(BENCHMARK / "lab-kimi61.toml")
+    assert cfg.model.target_layers == 61 and cfg.verdict.accept_len_tolerance == 0.03
+    assert cfg.verdict.expect_accept_len == pytest.approx(2.0399)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text('{"num_hidden_layers": 10}')
+    raw = copy.deepcopy(cfg.raw)
+    raw["model"]["target"] = str(target)
+    raw["workload"]["prompts"] = str(cfg.workload.prompts_path)
+    p = tmp_path / "c.toml"
+    p.write_text(tomlio.dumps(raw))
+    with pytest.raises(UserError, match=r"target_layers = 61, but .*config.json says num_hidden_layers = 10"):
+        check_target_layers(load_config(p))
+    del raw["verdict"]["expect_accept_len"]
+    p.write_text(tomlio.dumps(raw))
+    with pytest.raises(ConfigError, match=r"\[verdict\] accept_len_tolerance: needs expect_accept_len"):
+        load_config(p)

@@ -172,3 +172,25 @@ def test_fusion_reports_the_allreduce_and_norm_time_inside_verify() -> None:
     assert f["verify_ms_off"] == 3.2  # all three runs count for the step time itself
     s = summary(agg, out, v, machine="m", tp=2, config="c")
     assert s["verify_allreduce_norm_ms_fusion_off"] == pytest.approx(0.24)
+
+
+def test_accept_length_tolerance_is_a_two_sided_check_and_reaches_the_summary() -> None:
+    """A draft whose acceptance is computed before the run (the missing-by-design lab draft): the measured accept
+    length must land within expect_accept_len +- accept_len_tolerance, on either side."""
+    import dataclasses
+
+    v = dataclasses.replace(V, min_ratio={1: 1.1}, expect_accept_len=2.04, accept_len_tolerance=0.03)
+    base = [run("baseline", t, step_ms=6.0) for t in (160, 162)]
+    for accept, ok in ((2.04, True), (2.069, True), (2.011, True), (2.08, False), (1.99, False), (3.0, False)):
+        runs = base + [run("eagle3", 240, step_ms=9.0, accept=accept)]
+        out = verdict_of(runs, v)
+        k = next(k for k in out["checks"] if k.get("kind") == "accept_len")
+        assert k["passed"] is ok and out["passed"] is ok, (accept, out["reasons"])
+        if not ok:
+            assert any(f"accept length {accept:.4f} outside 2.04 +- 0.03" in r for r in out["reasons"])
+        s = summary(aggregate(runs, ["baseline", "eagle3"], (1,)), out, v, machine="m", tp=1, config="c",
+                    api="openai", target_layers=61)
+        assert s["expect_accept_len"] == 2.04 and s["accept_len_tolerance"] == 0.03 and s["target_layers"] == 61
+        assert s["accept_len"] == pytest.approx(accept) and s["speedup_c1"] == pytest.approx(240 / 161, abs=1e-4)
+    no_accept = verdict_of(base + [run("eagle3", 240, step_ms=9.0)], v)
+    assert not no_accept["passed"] and "no accept length measured" in " ".join(no_accept["reasons"])
