@@ -5,7 +5,8 @@
 #
 #   A  carry .whl/c1  stage chunk 1; the lab image's package list; generate, in parallel on the GPU, the 10-layer
 #                     lab pair with its tokenizer (/tmp/lab: target, draft) and the 61-layer target-shaped pair
-#                     (/tmp/lab61: target, draft = misses by design, draft-constructed = exact)     (~1.5-2.5 min)
+#                     (/tmp/lab61: target, draft = misses by design, draft-constructed = exact), and the
+#                     NCCL config check (benchmark/lab/nccl_conf_check.sh, issue 17)              (~1.5-2.5 min)
 #   B  carry .whl/c2  install the bundle into /tmp/site (verifies both chunks), then the user-path GPU tests:
 #                     two servers started by `sglang-blackwell serve` driven by the openai client
 #                     (benchmark/lab/userpath.sh, SGLB_DEADLINE_S default 420)                       (~6-8.5 min)
@@ -42,7 +43,12 @@ stepA() {
   local a=$!
   gen kimi61 /tmp/lab61 --preset kimi61 --draft miss,constructed &
   local b=$!
-  wait $a $b
+  log "NCCL config check (issue 17: the profile through NCCL_CONF_FILE reaches a program Python never started)"
+  ( PATH=/usr/local/cuda/bin:$PATH timeout 120 bash benchmark/lab/nccl_conf_check.sh /tmp/oA/nccl \
+      > /tmp/oA/nccl-check.log 2>&1; echo "exit $?" >> /tmp/oA/nccl-check.log ) &
+  local c=$!
+  wait $a $b $c
+  log "nccl check: $(tail -2 /tmp/oA/nccl-check.log | tr '\n' ' ')"
   for n in lab kimi61; do log "$n: $(tail -1 /tmp/oA/gen-$n.err); $(grep -E 'Elapsed|Maximum resident' /tmp/oA/gen-$n.err | tr -s ' ' | tr '\n' ';')"; done
   du -sh /tmp/lab/* /tmp/lab61/* 2>&1 | tee /tmp/oA/sizes.txt
   df -h /tmp | tail -1
