@@ -31,8 +31,11 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 # to each start of a 30-minute session; decode graphs are captured up to batch 16 (the tests send at most 4).
 USER_FLAGS = ["--attention-backend", "triton", "--cuda-graph-backend-prefill", "disabled",
               "--cuda-graph-max-bs-decode", "16"]
-EAGLE3_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2", "--speculative-eagle-topk",
-                "1", "--speculative-num-draft-tokens", "3"]  # + --speculative-draft-model-path <draft>
+# The EAGLE-3 launch also lowers --mem-fraction-static: at sglang 0.5.14's default the draft's KV pool does not fit
+# next to the target's on one GPU (the lab, 2026-12-01: 18.3 GiB asked, 4.4 GiB free; the server dies at start:
+# benchmark/results/lab-userpath-2026-12-01-default-mem-fraction-oom.json). A user on one GPU has to do the same.
+EAGLE3_FLAGS = ["--mem-fraction-static", "0.7", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # + draft path
 STARTUP_TIMEOUT_S = 300  # ~60-110 s on the lab (the first start of a machine compiles Triton kernels)
 WARM_STARTUP_S = 90
 RESERVE_S = {"openai": 100, "eagle3": 60}  # requests + teardown after /health, per launch
