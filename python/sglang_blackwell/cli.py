@@ -249,9 +249,10 @@ def cmd_nccl(a: argparse.Namespace) -> int:
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    from .box.doctor import format_report, run_doctor, to_receipt
+    from .box.doctor import check_arguments, format_report, run_doctor, to_receipt
     from .receipts import write_receipt
 
+    check_arguments(tp=a.tp, python=a.python, out=a.out)
     report = run_doctor(python=a.python, tp=a.tp, progress=_progress if not a.json else None)
     receipt = to_receipt(report)
     if a.out:

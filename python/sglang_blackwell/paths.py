@@ -63,3 +63,21 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def output_problem(path: Path, *, directory: bool = False) -> str | None:
+    """Why `path` cannot be written as a file (directory=True: used or made as a directory), checked before the
+    work that produces it; None when it can. Names what is in the way."""
+    if directory:
+        if path.exists() and not path.is_dir():
+            return "not a directory"
+    elif path.is_dir():
+        return "is a directory (give a file name)"
+    probe = path if directory else path.parent
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):  # write_atomic writes a sibling, then renames
+        return f"cannot write in {probe}"
+    return None

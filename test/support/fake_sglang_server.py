@@ -140,7 +140,7 @@ class Handler(OpenAIRoutes):
                 if RECORD:
                     st["step_time_dict"] = {str(k): list(v) for k, v in state["steps"].items()}
             return self._send(200, {"version": "0.5.14-fake", "model_path": args.model_path,
-                                    "tp_size": args.tp_size,
+                                    "host": args.host, "port": args.port, "tp_size": args.tp_size,
                                     "speculative_algorithm": args.speculative_algorithm,
                                     "speculative_num_draft_tokens": args.speculative_num_draft_tokens,
                                     "skip_tokenizer_init": args.skip_tokenizer_init, "internal_states": [st]})

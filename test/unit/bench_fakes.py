@@ -35,12 +35,21 @@ def toml_env(env: dict[str, str]) -> str:
 def write_config(tmp: Path, *, name: str = "fake", eagle_env: dict[str, str] | None = None,
                  fusion_env: dict[str, str] | None = None, baseline_env: dict[str, str] | None = None,
                  repeats: int = 2, concurrency: str = "[1, 2]", stream: bool = False, extra: str = "",
-                 verdict_extra: str = "", api: str | None = None, output_len: int = 32) -> Path:
+                 verdict_extra: str = "", api: str | None = None, output_len: int = 32,
+                 model_dirs: bool = False) -> Path:
     """A 3-arm config (or 2 arms with fusion_env=None) against the fake server. Default speeds: baseline 4 ms
     per token; eagle3 3 tokens per 6 ms round (~1.8x); eagle3+fusion 3 tokens per 5 ms round. Without `api`
     (or with api = "generate"): tokenizer "none", input_ids prompts, /generate; with api = "completions" or
-    "chat": the target's tokenizer, text prompts, the OpenAI API."""
+    "chat": the target's tokenizer, text prompts, the OpenAI API. model_dirs: [model] names real directories
+    <tmp>/models/target and draft (a launch refuses model paths that do not exist), else /fake/target and
+    /fake/draft (enough to parse, attach or rebuild from runs)."""
     openai = api in ("completions", "chat")
+    target, draft = "/fake/target", "/fake/draft"
+    if model_dirs:
+        for d in ("target", "draft"):
+            (tmp / "models" / d).mkdir(parents=True, exist_ok=True)
+            (tmp / "models" / d / "config.json").write_text("{}\n")
+        target, draft = str(tmp / "models" / "target"), str(tmp / "models" / "draft")
     write_prompts(tmp / "prompts.jsonl", ids=not openai)
     eagle_env = eagle_env or {"FAKE_ROUND_MS": "6", "FAKE_ACCEPT_LEN": "3"}
     fusion = ""
@@ -54,8 +63,8 @@ env = {toml_env(fusion_env)}
     text = f'''
 name = "{name}"
 [model]
-target = "/fake/target"
-draft = "/fake/draft"
+target = {json.dumps(target)}
+draft = {json.dumps(draft)}
 tokenizer = "{"target" if openai else "none"}"
 [server]
 tp = 2
@@ -165,3 +174,45 @@ def _safe(name: str) -> str:
 def requests_of(tmp: Path, name: str) -> list[dict]:
     path = tmp / f"{_safe(name)}.requests.jsonl"
     return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+# A launcher that loses the race for its port: someone else's fake SGLang server (its own session, not ours) takes
+# the port first and answers; "ours" dies a few seconds later the way sglang does when the port is in use.
+RACE_LAUNCHER = """\
+import os, subprocess, sys, time, urllib.request
+port = sys.argv[sys.argv.index("--port") + 1]
+pidfile = os.path.join(sys.argv[1], f"foreign-{port}.json")
+subprocess.Popen([sys.executable, sys.argv[2], *sys.argv[3:]], start_new_session=True,
+                 env={**os.environ, "FAKE_STARTUP_S": "0", "FAKE_PID_FILE": pidfile},
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(200):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+        break
+    except OSError:
+        time.sleep(0.05)
+time.sleep(3)
+print("OSError: [Errno 98] Address already in use", flush=True)
+sys.exit(1)
+"""
+
+
+def race_launcher_config(tmp: Path, cfg: Path) -> None:
+    """Make `cfg` (from write_config) launch through RACE_LAUNCHER; the foreign servers' pid files go to tmp."""
+    (tmp / "race_launcher.py").write_text(RACE_LAUNCHER)
+    old = f"launcher = [{json.dumps(sys.executable)}, {json.dumps(str(FAKE_SERVER))}]"
+    new = f"launcher = {json.dumps([sys.executable, str(tmp / 'race_launcher.py'), str(tmp), str(FAKE_SERVER)])}"
+    text = cfg.read_text()
+    assert old in text
+    cfg.write_text(text.replace(old, new))
+
+
+def kill_foreign(tmp: Path) -> list[int]:
+    """SIGKILL the foreign servers RACE_LAUNCHER started (by the pids they wrote); the pids found."""
+    import signal
+
+    pids = [json.loads(f.read_text())["server"] for f in tmp.glob("foreign-*.json")]
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    return pids

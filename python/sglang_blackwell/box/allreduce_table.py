@@ -247,9 +247,13 @@ def validate_table(table: Any) -> list[str]:
 
 def load_table(path: Path) -> dict[str, Any]:
     try:
-        table = json.loads(Path(path).read_text())
+        table = json.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such all-reduce table (`bench allreduce --tune` writes one)") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the all-reduce table ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON: {e}") from None
     probs = validate_table(table)

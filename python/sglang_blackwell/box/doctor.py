@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..artifacts.fatbin import Arch
 from ..artifacts.wheel import MARKER_FILE
 from ..errors import UserError
 from ..patchset.bases import pcie_ipc_line
+from ..paths import output_problem
 from ..receipts import make_receipt, validate_receipt
 from .allreduce_paths import TRUTHY, Facts, flashinfer_facts, pcie_ipc, plan, sglang_facts
 from .hazards import acs_facts, iommu_facts, translated_gpus
@@ -480,8 +483,20 @@ CHECKS: tuple[Callable[[Context], Check], ...] = (
     check_pcie_ipc, check_allreduce)
 
 
+def check_arguments(*, tp: int | None = None, python: str | None = None, out: str | None = None) -> None:
+    """doctor's options, before any check runs: bad input is exit 2 naming the option, not a report."""
+    if tp is not None and tp < 1:
+        raise UserError(f"--tp: expected a positive integer (the tensor-parallel size to plan for), got {tp}")
+    if python is not None and shutil.which(python) is None:
+        raise UserError(f"--python {python}: no such interpreter" + ("" if os.sep in python else " on PATH"))
+    problem = output_problem(Path(out)) if out is not None else None
+    if problem:
+        raise UserError(f"--out {out}: {problem}")
+
+
 def run_doctor(*, python: str | None = None, tp: int | None = None, topology: Topology | None = None,
                progress: Callable[[str], None] | None = None) -> Report:
+    check_arguments(tp=tp, python=python)
     if progress:
         progress("topology ...")
     topo = topology if topology is not None else detect()

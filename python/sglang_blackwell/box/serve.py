@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..patchset.bases import Base, list_bases, serving_line
+from . import sglang_argv
 from .allreduce_table import SYMM_MEM_FLAG, default_table_path, knobs_from_table, load_table, topology_key
 from .topology import Topology
 
@@ -51,29 +52,28 @@ def fusion_flag_groups(lines: list[Base]) -> list[tuple[str, ...]]:
 
 
 def tp_size(args: list[str]) -> int:
-    for i, a in enumerate(args):
-        for name in ("--tp", "--tp-size", "--tensor-parallel-size"):
-            if a == name and i + 1 < len(args):
-                return int(args[i + 1])
-            if a.startswith(name + "="):
-                return int(a.split("=", 1)[1])
-    return 1
+    """The TP size sglang will run with these arguments (the last TP flag, after merging a --config file)."""
+    return sglang_argv.read(args).tp
 
 
 def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None, profile: str | None,
          environ: dict[str, str], sglang_version: str | None, python: str = sys.executable) -> ServePlan:
     from .nccl import load_profiles, resolve
 
+    parsed = sglang_argv.read(sglang_args)  # bad input first, whatever is installed
     lines = list_bases()
     line = sglang_line(sglang_version, lines).name
     groups = fusion_flag_groups(lines)
     fusion_flags = {g[0] for g in groups}
-    tp = tp_size(sglang_args)
-    why: list[str] = [f"sglang {sglang_version} (flags of the {line} line), TP={tp}, {topology.summary()}"]
+    tp = parsed.tp
+    why: list[str] = [f"sglang {sglang_version} (flags of the {line} line), {parsed.tp_why()}, {topology.summary()}"]
+    if parsed.config:
+        why.append(f"--config {parsed.config}: its settings read as sglang merges them (the command line wins)")
     env: dict[str, str] = {}
     flags: list[str] = []
-    user_fusion = any(a.split("=")[0] in fusion_flags for a in sglang_args)
-    user_symm = SYMM_MEM_FLAG in sglang_args
+    given = parsed.tokens  # what sglang parses: the command line with the config file's arguments in front
+    user_fusion = any(a.split("=")[0] in fusion_flags for a in given)
+    user_symm = SYMM_MEM_FLAG in given
 
     knobs: dict[str, Any] = {"env": {}, "server_args": {}, "nccl_profile": None}
     if topology.gpu_count == 0:
@@ -104,7 +104,7 @@ def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None,
     flags += table_flags
 
     # recommended flags for the topology: custom all-reduce never runs on > 2 PCIe-only GPUs upstream
-    if topology.pcie_only and tp > 2 and "--disable-custom-all-reduce" not in sglang_args:
+    if topology.pcie_only and tp > 2 and "--disable-custom-all-reduce" not in given:
         flags.append("--disable-custom-all-reduce")
         why.append("--disable-custom-all-reduce: sglang's custom all-reduce does not run on more than two "
                    "PCIe-only GPUs (this states it instead of a start-up warning)")

@@ -340,3 +340,34 @@ def test_pcie_ipc_item(tmp_path, monkeypatch, stack, env, status, needle):
         assert "a PCIe-only box: the case it is made for" in c.detail
     no_gpu = check_pcie_ipc(Context(Topology.simulated(0), {}, None, None, None, None))
     assert no_gpu.status == "n/a"
+
+
+# ---- bad options: exit 2 naming the option, before any check runs (issue 18 item 10) ---------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp", "0"], "--tp: expected a positive integer (the tensor-parallel size to plan for), got 0"),
+    (["--tp", "-3"], "--tp: expected a positive integer (the tensor-parallel size to plan for), got -3"),
+    (["--python", "{tmp}/no/python3"], "--python {tmp}/no/python3: no such interpreter"),
+    (["--python", "no-such-python-xyz"], "--python no-such-python-xyz: no such interpreter on PATH"),
+    (["--out", "{tmp}"], "--out {tmp}: is a directory (give a file name)"),
+    (["--out", "{tmp}/file/doctor.json"], "--out {tmp}/file/doctor.json: {tmp}/file is not a directory"),
+])
+def test_bad_options_are_refused_before_any_check(tmp_path, capsys, args, message):
+    from sglang_blackwell.cli import main
+
+    (tmp_path / "file").write_text("x")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "doctor.json")]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["doctor", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"sglang-blackwell doctor: error: {message.replace('{tmp}', str(tmp_path))}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no receipt, no temporary file
+
+
+def test_run_doctor_refuses_a_tp_below_one():
+    from sglang_blackwell.errors import UserError
+
+    with pytest.raises(UserError, match="--tp: expected a positive integer"):
+        run_doctor(tp=0, topology=Topology.simulated(8, "12.0", kind="SYS", atomics=False))

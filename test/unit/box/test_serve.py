@@ -106,3 +106,126 @@ def test_pcie_ipc_only_on_the_line_that_has_it(tmp_path):
     mine = plan(["--tp", "8"], topology=BOX, table_path=table, profile=None, sglang_version="0.5.23",
                 environ={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"})
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in mine.env and any("keeping your 0" in w for w in mine.why)
+
+
+# ---- the TP size sglang will run with (issue 18 item 9) ------------------------------------------------------
+
+def _plan(args: list[str], table: Path):
+    return plan(args, topology=BOX, table_path=table, profile=None, environ={}, sglang_version="0.5.14")
+
+
+def test_the_last_tp_flag_wins_as_in_sglang(table):
+    # `-- --tp 2 --tp 8` runs TP=8 in sglang: an 8-GPU PCIe plan, custom all-reduce off
+    p = _plan(["--model-path", "m", "--tp", "2", "--tp", "8"], table)
+    assert p.tp == 8 and "--disable-custom-all-reduce" in p.added_flags
+    assert "TP=8 (--tp 8: sglang keeps the last of --tp 2, --tp 8)" in p.why[0]
+
+
+@pytest.mark.parametrize("args, tp", [
+    (["--tp-size", "8"], 8), (["--tensor-parallel-size=8"], 8), (["--tp=2", "--tensor-parallel-size", "8"], 8),
+    (["--te", "8"], 8), (["--tp-s", "4", "--tp", "2"], 2), (["--model-path", "m"], 1),
+    (["--tp", "8", "--", "--tp", "2"], 8),  # after a bare --, nothing is a flag
+])
+def test_tp_aliases_and_abbreviations(table, args, tp):
+    assert _plan(args, table).tp == tp
+
+
+def test_the_yaml_config_is_read_the_way_sglang_merges_it(table, tmp_path):
+    cfg = tmp_path / "sglang.yaml"
+    cfg.write_text("model-path: m\ntp-size: 8\n")
+    p = _plan(["--config", str(cfg)], table)
+    assert p.tp == 8 and "--disable-custom-all-reduce" in p.added_flags and f"in {cfg}" in p.why[0]
+    assert p.argv[3:5] == ["--config", str(cfg)]  # sglang reads the file itself
+    assert _plan(["--tp", "2", "--config", str(cfg)], table).tp == 2  # the command line wins, before or after
+    assert _plan(["--config", str(cfg), "--tp", "2"], table).tp == 2
+    cfg.write_text("tp: 8\ndisable-custom-all-reduce: true\n")
+    p = _plan(["--config", str(cfg)], table)
+    assert p.tp == 8 and "--disable-custom-all-reduce" not in p.added_flags  # the file sets it already
+
+
+@pytest.mark.parametrize("args, yaml, message", [
+    (["--tp", "abc"], None, "--tp abc: expected a positive integer (the tensor-parallel size), got 'abc'"),
+    (["--tp", "0"], None, "--tp 0: expected a positive integer"),
+    (["--tp=-3"], None, "--tp=-3: expected a positive integer"),
+    (["--tp", "-3"], None, "--tp -3: expected a positive integer"),
+    (["--model-path", "m", "--tp"], None, "--tp: expected the tensor-parallel size after --tp"),
+    (["--tp", "--model-path", "m"], None, "--tp: expected the tensor-parallel size after --tp"),
+    (["--config", "{tmp}/nope.yaml"], None, "--config {tmp}/nope.yaml: no such file"),
+    (["--config", "{tmp}/c.json"], "tp: 8", "--config {tmp}/c.json: sglang reads only .yaml / .yml"),
+    (["--config"], None, "--config: expected a YAML file after it"),
+    (["--config", "{tmp}/c.yaml", "--config", "{tmp}/c.yaml"], "tp: 8", "--config given twice"),
+    (["--config={tmp}/c.yaml"], "tp: 8", "--config={tmp}/c.yaml: sglang merges a config file only as two words"),
+    (["--config", "{tmp}/c.yaml"], "tp: [8", "--config {tmp}/c.yaml: not valid YAML"),
+    (["--config", "{tmp}/c.yaml"], "- tp\n- 8\n", "--config {tmp}/c.yaml: expected a mapping"),
+    (["--config", "{tmp}/c.yaml"], "tp-size: eight\n", "--config {tmp}/c.yaml: tp-size: expected a positive integer"),
+    (["--config", "{tmp}/c.yaml"], "tp-size: true\n", "--config {tmp}/c.yaml: tp-size: expected a positive integer"),
+    (["--config", "{tmp}/c.yaml"], "8: tp\n", "--config {tmp}/c.yaml: key 8 is not a string"),
+])
+def test_bad_tp_and_config_input_is_named(table, tmp_path, args, yaml, message):
+    from sglang_blackwell.errors import UserError
+
+    for name in ("c.yaml", "c.json"):
+        if yaml is not None:
+            (tmp_path / name).write_text(yaml)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    with pytest.raises(UserError) as e:
+        _plan(args, table)
+    assert message.replace("{tmp}", str(tmp_path)) in str(e.value) and "\n" not in str(e.value)
+
+
+SGLANG_PARSE = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+out = []
+for argv in json.loads(sys.argv[1]):
+    p = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(p)
+    try:
+        if "--config" in argv:
+            argv = ConfigArgumentMerger(p).merge_config_with_args(argv)
+        out.append(p.parse_args(argv).tp_size)
+    except (SystemExit, ValueError):
+        out.append("error")
+print(json.dumps(out))
+"""
+
+
+def test_the_tp_size_is_the_one_sglangs_own_parser_reads(table, tmp_path):
+    """sglang 0.5.23's own argparse and config merger (its pinned wheel, run on CPU: 0.5.9 and 0.5.14 import
+    torchvision at this point) read the same TP size from each command line, and refuse what serve refuses."""
+    import zipfile
+
+    from sglang_blackwell.errors import UserError
+    from sglang_blackwell.patchset.bases import get_base
+    from sglang_blackwell.patchset.fetch import fetch
+
+    art = get_base("0.5.23").package("sglang").files_for(None)[0]
+    try:
+        whl = fetch(art)
+    except Exception as e:  # no network in this run
+        pytest.skip(f"cannot fetch {art.filename}: {e}")
+    with zipfile.ZipFile(whl) as z:
+        z.extractall(tmp_path / "tree", [n for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py")])
+    (tmp_path / "a.yaml").write_text("tp-size: 8\n")
+    (tmp_path / "b.yaml").write_text("tp: 4\ntensor-parallel-size: 2\n")
+    (tmp_path / "c.yaml").write_text("tp-size: eight\n")
+    m = ["--model-path", "m"]
+    cases = [[*m, "--tp", "2", "--tp", "8"], [*m, "--tp-size=8", "--tp", "4"], [*m, "--tensor-parallel-size", "8"],
+             [*m, "--te", "2"], [*m, "--tp-s", "4"], m, [*m, "--config", str(tmp_path / "a.yaml")],
+             [*m, "--tp", "2", "--config", str(tmp_path / "a.yaml")], [*m, "--config", str(tmp_path / "b.yaml")],
+             [*m, "--config", str(tmp_path / "b.yaml"), "--tp", "8"], [*m, "--tp", "abc"], [*m, "--tp"],
+             [*m, "--tp", "--trust-remote-code"], [*m, "--config", str(tmp_path / "c.yaml")],
+             [*m, "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml")]]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "tree"), "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(cases)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = json.loads(r.stdout.strip().splitlines()[-1])
+    ours = []
+    for argv in cases:
+        try:
+            ours.append(_plan(argv, table).tp)
+        except UserError:
+            ours.append("error")
+    assert ours == theirs

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...paths import output_problem
 from .catalog import CATALOG, NCCL_BACKENDS, default_backends
 from .nccl_env import isolated_env, multicast_env_problems, nccl_settings, profile_env
 
@@ -243,6 +244,22 @@ def _tune(results: dict[str, Any], table_path: Path) -> dict[str, Any]:
     return {"table": str(table_path), "key": key.key(), "entry": entry, "knobs": knobs}
 
 
+def read_receipt_results(path: Path) -> dict[str, Any]:
+    """The measured results of an earlier receipt (--from-receipt); UserError naming the file otherwise."""
+    try:
+        r = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise UserError(f"--from-receipt {path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"--from-receipt {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"--from-receipt {path}: not JSON ({e})") from None
+    results = r.get("results") if isinstance(r, dict) else None
+    if not isinstance(results, dict) or not isinstance(results.get("config"), dict):
+        raise UserError(f"{path}: not a bench-allreduce receipt (no 'results')")
+    return results
+
+
 def run(a: argparse.Namespace) -> int:
     from ...receipts import write_receipt
     from . import report as ar_report
@@ -252,10 +269,13 @@ def run(a: argparse.Namespace) -> int:
             print(f"{b.name:18s} {b.op:10s} {b.what}" + ("  [--allow-multicast]" if b.multicast else ""))
         return 0
     check_numbers(a)
+    for opt in ("out", "table", "plot"):  # before any GPU time is spent on a result that cannot be written
+        value = getattr(a, opt)
+        problem = output_problem(Path(value)) if value else None
+        if problem:
+            raise UserError(f"--{opt} {value}: {problem}")
     if a.from_receipt:
-        results = json.loads(Path(a.from_receipt).read_text()).get("results")
-        if not isinstance(results, dict):
-            raise UserError(f"{a.from_receipt}: not a bench-allreduce receipt (no 'results')")
+        results = read_receipt_results(Path(a.from_receipt))
         out = Path(a.out) if a.out else None
     else:
         tokens = parse_tokens(a.tokens)
@@ -268,7 +288,13 @@ def run(a: argparse.Namespace) -> int:
         results = measure(a, tokens, backends, profiles, tp)
         out = Path(a.out or f"allreduce-tp{tp}.json")
 
-    print(ar_report.format_report(results, a.layers))
+    try:
+        print(ar_report.format_report(results, a.layers))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        if not a.from_receipt:
+            raise
+        raise UserError(f"{a.from_receipt}: 'results' is not what bench allreduce writes "
+                        f"({type(e).__name__}: {e})") from None
     extra: dict[str, Any] = {}
     if a.tune:
         from ...box import allreduce_table as tbl

@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from ...errors import UserError
 from ...tomlio import tomllib
 
 APIS = ("completions", "chat", "generate")
+NAME_MAX = 100  # bench-eagle3_<name>_<UTC time>_runs.jsonl stays within a file system's 255 bytes
 DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
 # flags the harness sets from [model] and [server]; a config that sets them too would contradict itself
 HARNESS_FLAGS = ("--model-path", "--tp-size", "--tp", "--tensor-parallel-size", "--port", "--host",
@@ -40,7 +42,15 @@ HARNESS_FLAGS = ("--model-path", "--tp-size", "--tp", "--tensor-parallel-size", 
 
 
 class ConfigError(UserError):
-    """A bad benchmark config: the message names the file and the key."""
+    """A bad benchmark config: the message names the file and the key, in one line (a key or value with a line
+    break or another control character in it is shown escaped)."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+def one_line(text: str) -> str:
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 @dataclass(frozen=True)
@@ -182,10 +192,12 @@ class _Section:
             raise self.error(key, f"expected true or false, got {v!r}")
         return v
 
-    def int_(self, key: str, default: int | None = None, *, required: bool = False, min_: int = 1) -> int:
+    def int_(self, key: str, default: int | None = None, *, required: bool = False, min_: int = 1,
+             max_: int | None = None) -> int:
         v = self._get(key, default, required)
-        if isinstance(v, bool) or not isinstance(v, int) or v < min_:
-            raise self.error(key, f"expected an integer >= {min_}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < min_ or (max_ is not None and v > max_):
+            want = f"from {min_} to {max_}" if max_ is not None else f">= {min_}"
+            raise self.error(key, f"expected an integer {want}, got {v!r}")
         return v
 
     def num(self, key: str, default: float | None = None, *, required: bool = False,
@@ -193,8 +205,8 @@ class _Section:
         v = self._get(key, default, required)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < min_:
-            raise self.error(key, f"expected a number >= {min_}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < min_:
+            raise self.error(key, f"expected a finite number >= {min_}, got {v!r}")
         return float(v)
 
     def str_list(self, key: str, default: list[str] | None = None, *,
@@ -231,7 +243,7 @@ def load_config(path: str | Path) -> BenchConfig:
     if not path.is_file():
         raise ConfigError(f"{path}: benchmark config not found")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     return parse_config(data, path)
@@ -241,6 +253,9 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
     top = _Section(path, "", data, {"name", "description", "model", "server", "speculative", "arms",
                                     "workload", "verdict", "profile"})
     name = top.str_("name", path.stem)
+    if name in (".", "..") or "/" in name or "\\" in name or not name.isprintable() or len(name) > NAME_MAX:
+        raise top.error("name", f"{name!r}: it names the receipt files, so one file-name part: no / or \\, no "
+                                f"control characters, at most {NAME_MAX} characters")
     description = top.str_("description", "") if top.has("description") else ""
 
     m = _Section(path, "model", top._get("model", None, True), {"target", "draft", "tokenizer", "target_layers"})
@@ -256,7 +271,7 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
         raise s.error("launcher", "must name a program, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
     server = ServerSpec(
         tp=s.int_("tp", required=True), launcher=launcher, host=s.str_("host", "127.0.0.1"),
-        port=s.int_("port", 30000, min_=0), args=s.str_list("args"), env=s.env("env"),
+        port=s.int_("port", 30000, min_=0, max_=65535), args=s.str_list("args"), env=s.env("env"),
         startup_timeout_s=s.num("startup_timeout_s", 600.0, min_=1.0),
         teardown_grace_s=s.num("teardown_grace_s", 20.0, min_=0.0),
         record_step_time=s.bool_("record_step_time", True))
@@ -356,7 +371,7 @@ def _parse_min_ratio(v: _Section, concurrency: tuple[int, ...]) -> dict[int, flo
         if c not in concurrency:
             raise v.error(f"min_ratio.{k}",
                           f"concurrency {c} is not in workload.concurrency {list(concurrency)}")
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0:
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
             raise v.error(f"min_ratio.{k}", f"expected a positive number, got {r!r}")
         out[c] = float(r)
     return out
@@ -388,7 +403,13 @@ def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
             raise w.error("token_range", f"expected [lo, hi) with 0 <= lo < hi, got {tr!r}")
         token_range = (tr[0], tr[1])
     rel = w.str_("prompts", required=True)
-    prompts_path = (path.parent / rel).resolve()
+    try:
+        prompts_path = (path.parent / rel).resolve()
+        found = prompts_path.is_file()
+    except (OSError, ValueError) as e:  # a NUL byte, a name too long for the file system
+        raise w.error("prompts", f"{rel!r} is not a usable path ({e})") from None
+    if not found:
+        raise w.error("prompts", f"prompt file {prompts_path} not found")
     prompts = load_prompts(prompts_path, where=w.where("prompts"), need_ids=model.tokenizer == "none",
                            token_range=token_range)
     template = w.str_("prompt_template")
@@ -411,13 +432,24 @@ def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
         token_range=token_range)
 
 
+def read_text(path: Path, where: str | None = None) -> str:
+    """The UTF-8 text of a file the config names (or the config itself); ConfigError naming it otherwise."""
+    at = f"{where}: {path}" if where else str(path)
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{at}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise ConfigError(f"{at}: cannot read ({e.strerror or e})") from None
+
+
 def load_prompts(path: Path, *, where: str, need_ids: bool,
                  token_range: tuple[int, int] | None) -> tuple[Prompt, ...]:
     """JSONL, one object a line with exactly one of "text" (a string) or "input_ids" (a list of ints)."""
     if not path.is_file():
         raise ConfigError(f"{where}: prompt file {path} not found")
     out: list[Prompt] = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(path, where).splitlines(), 1):
         if not line.strip():
             continue
         at = f"{where}: {path}:{n}"
@@ -455,6 +487,8 @@ def select_arms(cfg: BenchConfig, names: str | None) -> list[str]:
     if not names:
         return list(cfg.arms)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if not wanted:
+        raise UserError(f"--arms {names!r}: names no arm (config {cfg.path} has: {', '.join(cfg.arms)})")
     unknown = [n for n in wanted if n not in cfg.arms]
     if unknown:
         raise UserError(f"--arms: unknown arm {unknown[0]!r} (config {cfg.path} has: {', '.join(cfg.arms)})")

@@ -32,20 +32,22 @@ from typing import Any
 from ... import procs, receipts
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
-from ...paths import repo_root
-from . import client, plots, sglang_api, trace, vllm_api
+from ...paths import output_problem, repo_root
+from . import client, plots, preflight, sglang_api, trace, vllm_api
 from .config import ArmSpec, BenchConfig, load_config, select_arms, with_tp
 from .server import (
     Server,
     ServerError,
     TeardownError,
     attached_server,
+    busy_port,
     free_port,
     launched_server,
     openai_health,
+    port_of,
 )
 from .stats import median
-from .verdict import aggregate, evaluate, summary
+from .verdict import LEVEL_METRICS, aggregate, evaluate, summary
 
 KIND = "bench-eagle3"
 RUN_SCHEMA = "sglang-blackwell/bench-eagle3-run/1"
@@ -125,8 +127,13 @@ def run(a: argparse.Namespace) -> int:
     arms = select_arms(cfg, a.arms)
     if a.repeats is not None and a.repeats < 1:
         raise UserError(f"--repeats: expected >= 1, got {a.repeats}")
+    if a.deadline_s is not None and not a.deadline_s > 0:
+        raise UserError(f"--deadline-s: expected a number of seconds > 0, got {a.deadline_s}")
     repeats = a.repeats or cfg.workload.repeats
     out_dir = Path(a.out) if a.out else _default_out()
+    problem = output_problem(out_dir, directory=True)  # before anything is launched
+    if problem:
+        raise UserError(f"{'--out' if a.out else 'the results directory'} {out_dir}: {problem}")
     stem = out_dir / f"{KIND}_{cfg.name}_{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     progress = _progress_printer()
     interrupted = fatal = None
@@ -140,6 +147,8 @@ def run(a: argparse.Namespace) -> int:
         attach = parse_attach(a.attach, arms) if a.attach else None
         if attach:
             check_attached(attach)  # a dead URL is bad input: exit 2 before anything is written
+        else:  # the port, the models, the launcher: exit 2 before anything is launched or written
+            preflight.check_launch(cfg, arms, [server_env(cfg, cfg.arms[x]) for x in arms])
         mode = "attach" if attach else "launch"
         if not attach:
             check_target_layers(cfg)
@@ -296,24 +305,70 @@ def read_runs(cfg: BenchConfig, paths: list[Path]) -> list[dict[str, Any]]:
     for p in paths:
         if not p.is_file():
             raise UserError(f"--from-runs {p}: not found")
-        for n, line in enumerate(p.read_text().splitlines(), 1):
+        try:
+            text = p.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"--from-runs {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+        except OSError as e:
+            raise UserError(f"--from-runs {p}: cannot read ({e.strerror or e})") from None
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UserError(f"{p}:{n}: not JSON: {e}") from None
+            if not isinstance(obj, dict):
+                raise UserError(f"{p}:{n}: expected a JSON object, got {type(obj).__name__}")
             if obj.get("schema") != RUN_SCHEMA:
                 raise UserError(f"{p}:{n}: schema {obj.get('schema')!r}, expected {RUN_SCHEMA!r}")
             if obj.get("config_sha256") != cfg.sha256:
                 theirs = str(obj.get("config_sha256"))[:12]
                 raise UserError(f"{p}:{n}: measured with a different config than {cfg.path} "
                                 f"(config {obj.get('config')!r}, sha256 {theirs}... vs {cfg.sha256[:12]}...)")
+            problem = run_problem(obj.get("run"), cfg)
+            if problem:
+                raise UserError(f"{p}:{n}: run {problem}")
             run = dict(obj["run"], source=f"{p.name}:{n}")
             run["profile"] = _valid_profile(run.get("profile"))
             run["repeat"] = sum(1 for r in runs if r["arm"] == run["arm"]) + 1  # 1..N over all files
             runs.append(run)
     return runs
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def run_problem(run: Any, cfg: BenchConfig) -> str | None:
+    """What is wrong with a recorded arm run (the shape run_arm writes and the receipt reads); None: nothing."""
+    if not isinstance(run, dict):
+        return f"is {type(run).__name__}, expected an object"
+    if run.get("arm") not in cfg.arms:
+        return f"arm {run.get('arm')!r} is not an arm of {cfg.path}"
+    if not isinstance(run.get("mode"), str):
+        return f"mode {run.get('mode')!r} is not a string"
+    for key, kinds in (("error", (str, type(None))), ("server", (dict, type(None))), ("profile", (dict, type(None))),
+                       ("host", (dict, type(None))), ("levels", (dict,))):
+        if not isinstance(run.get(key), kinds):
+            return f"{key} {run.get(key)!r:.60} has the wrong type"
+    for c, lv in run["levels"].items():
+        if not isinstance(lv, dict):
+            return f"levels.{c} is not an object"
+        bad = [m for m in LEVEL_METRICS if lv.get(m) is not None and not _number(lv[m])]
+        if bad:
+            return f"levels.{c}.{bad[0]} = {lv[bad[0]]!r:.60} is not a number"
+    host = run.get("host")
+    if host is not None and not (isinstance(host.get("machine"), dict) and isinstance(host.get("versions"), dict)):
+        return "host lacks machine and versions objects"
+    stages = (run.get("profile") or {}).get("stages", {})
+    if not isinstance(stages, dict):
+        return "profile.stages is not an object"
+    for name, st in stages.items():
+        if not (isinstance(st, dict) and _number(st.get("median_ms"))
+                and all(_number(st[k]) for k in ("allreduce_ms", "add_rmsnorm_ms") if k in st)):
+            return f"profile.stages.{name} lacks numeric median_ms (and allreduce_ms, add_rmsnorm_ms)"
+    return None
 
 
 # ---- one arm run ------------------------------------------------------------------------------------------
@@ -329,6 +384,9 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
             measure(cfg, arm, attached_server(url), rec, progress, launched=False)
             return rec
         port = cfg.server.port or free_port(cfg.server.host)
+        busy = busy_port(cfg.server.host, port)
+        if busy:  # someone took the port since the last arm: never measure their server as ours
+            raise ServerError(f"{busy}: not launching there ([server] port = 0 picks a free port per launch)")
         url = f"http://{cfg.server.host}:{port}"
         log = stem.with_name(stem.name + "_logs") / f"r{repeat}-{_safe(arm.name)}.log"
         rec.update(url=url, log=str(log))
@@ -338,7 +396,8 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
         try:
             with launched_server(server, cmd, server_env(cfg, arm), progress=progress,
                                  startup_timeout_s=cfg.server.startup_timeout_s,
-                                 grace_s=cfg.server.teardown_grace_s):
+                                 grace_s=cfg.server.teardown_grace_s,
+                                 own_listener=preflight.runs_the_server(cfg.server.launcher)):
                 rec["startup_s"] = round(server.startup_s or 0.0, 2)
                 progress(f"  healthy after {rec['startup_s']:.1f} s")
                 measure(cfg, arm, server, rec, progress)
@@ -384,6 +443,18 @@ def check_identity(info: dict[str, Any], cfg: BenchConfig, arm: ArmSpec, url: st
                             f"config {cfg.path} says tp={cfg.server.tp}")
 
 
+def check_launched(info: dict[str, Any], cfg: BenchConfig, port: int, url: str) -> None:
+    """A server we launched reports our launch arguments in /server_info: the port we gave it and, for a local
+    model path (sglang rewrites a hub id it downloads through ModelScope), the model we passed."""
+    want: dict[str, Any] = {"port": port}
+    if os.path.exists(cfg.model.target):
+        want["model_path"] = cfg.model.target
+    for key, value in want.items():
+        if key in info and info[key] != value:
+            raise BenchRunError(f"{url} reports {key}={info[key]!r}, but we launched it with {key}={value!r}: "
+                                "not our server")
+
+
 def endpoint(cfg: BenchConfig, url: str) -> client.Endpoint:
     """Where and how this config's requests go; the OpenAI APIs name the model GET /v1/models lists."""
     w = cfg.workload
@@ -413,6 +484,8 @@ def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any],
     ep = endpoint(cfg, url)
     peer: vllm_api.Metrics | None = None
     if info is not None:
+        if launched:
+            check_launched(info, cfg, port_of(url), url)
         check_identity(info, cfg, arm, url)
         rec["server"] = {k: info.get(k) for k in SERVER_FACTS}
         rec["server"]["records_step_time"] = sglang_api.step_times(info) is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...paths import repo_root
+from ...paths import output_problem, repo_root, write_atomic
 from ...receipts import validate_receipt
 
 KIND = "bench-eagle3"
@@ -79,12 +79,19 @@ def load_receipts(results: Path) -> list[tuple[Path, dict[str, Any]]]:
     out = []
     for p in sorted(results.glob("*.json")):
         try:
-            r = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            r = json.loads(p.read_bytes().decode("utf-8"))
+        except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
             raise UserError(f"{p}: not a JSON receipt: {e}") from None
         if not isinstance(r, dict) or r.get("kind") != KIND:
             continue
         probs = validate_receipt(r)
+        if not isinstance(r.get("created"), str):
+            probs.append(f"created {r.get('created')!r} is not a timestamp")
+        if not probs:
+            try:
+                _row(p, r, None)  # every value the table shows has the type it needs
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+                probs.append(f"{type(e).__name__}: {e}")
         if probs:
             raise UserError(f"{p}: invalid receipt: {'; '.join(probs)}")
         out.append((p, r))
@@ -108,33 +115,44 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
         rows = kept
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for p, r in rows:
-        s = r["summary"]
-        link = os.path.relpath(p, link_base) if link_base else p.name
-        v = {k: summary_value(r, k) for k in _FROM_AGGREGATE}
-        tok = "-" if v["tok_s_c1"] is None else f"{_f(v['tok_s_c1'], 1)} ({_f(v['baseline_tok_s_c1'], 1)})"
-        cells = [
-            str(s.get("config")), str(s.get("machine")), str(s.get("tp")), server_label(r),
-            str(s.get("api") or "generate"),  # receipts before the OpenAI client all used /generate
-            _f(s.get("speedup_c1"), 2, "x"), tok, _f(v["ttft_ms_p50"], 1), _f(v["tpot_ms_p50"]),
-            _f(v["itl_ms_p99"]), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
-            f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
-            "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
-        ]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append(_row(p, r, link_base))
     if not rows:
         lines.append("| " + " | ".join(["(no receipts yet)"] + [""] * (len(COLUMNS) - 1)) + " |")
     return "\n".join(lines)
 
 
+def _row(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
+    s = r["summary"]
+    link = os.path.relpath(p, link_base) if link_base else p.name
+    v = {k: summary_value(r, k) for k in _FROM_AGGREGATE}
+    tok = "-" if v["tok_s_c1"] is None else f"{_f(v['tok_s_c1'], 1)} ({_f(v['baseline_tok_s_c1'], 1)})"
+    cells = [
+        str(s.get("config")), str(s.get("machine")), str(s.get("tp")), server_label(r),
+        str(s.get("api") or "generate"),  # receipts before the OpenAI client all used /generate
+        _f(s.get("speedup_c1"), 2, "x"), tok, _f(v["ttft_ms_p50"], 1), _f(v["tpot_ms_p50"]),
+        _f(v["itl_ms_p99"]), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
+        f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
+        "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
+    ]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
 def update_block(path: Path, table: str) -> None:
     if not path.is_file():
         raise UserError(f"--update {path}: not found")
-    text = path.read_text()
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"--update {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise UserError(f"--update {path}: cannot read ({e.strerror or e})") from None
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise UserError(f"--update {path}: needs exactly one {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     new = f"{head}{BEGIN}\n{table}\n{END}{tail}"
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
+    target = path.resolve()  # a symlinked README stays a link: the file it names is rewritten
+    problem = output_problem(target)
+    if problem:
+        raise UserError(f"--update {path}: {problem}")
+    write_atomic(target, new)

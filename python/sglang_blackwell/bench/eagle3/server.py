@@ -4,6 +4,12 @@
 the server's whole session gets SIGTERM, then SIGKILL after a grace period; then we check that no process of
 that session is alive and, where nvidia-smi exists, that none of its processes still holds a GPU. A server
 that cannot be taken down is an error (the next arm would measure a machine that is still busy).
+
+The server measured must be the one we started: nothing may listen on its port before the launch, the socket
+that answers must belong to a process of our session (where /proc tells; listeners.py), and the process we
+started must still run when it answers and when the measurement ends. Otherwise the arm fails: a server that
+is already there (another user's, one a killed harness left behind) must not become the "baseline" while ours
+dies with "Address already in use".
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import random
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +29,12 @@ from typing import Any
 from ... import procs
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
+from . import listeners
 from .transport import http_json, status
 
-__all__ = ["Server", "ServerError", "TeardownError", "attached_server", "free_port", "health_status",
-           "http_json", "launched_server", "log_tail", "openai_health", "terminate_session"]
+__all__ = ["Server", "ServerError", "TeardownError", "attached_server", "busy_port", "ensure_ours", "free_port",
+           "health_status", "http_json", "launched_server", "log_tail", "openai_health", "port_of",
+           "terminate_session"]
 
 Progress = Callable[[str], None]
 PIDFILE_ENV = "SGLANG_BLACKWELL_BENCH_PIDFILE"  # holds the live server's session id while it runs
@@ -65,6 +74,24 @@ def _bindable(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def port_of(url: str) -> int:
+    return urllib.parse.urlsplit(url).port or 80
+
+
+def busy_port(host: str, port: int) -> str | None:
+    """Why no server of ours can listen on host:port now ("port P on H is in use (pid N: cmd)", or an address
+    problem); None when it can."""
+    problem = listeners.bind_problem(host, port)
+    if problem is None:
+        return None
+    kind, what = problem
+    if kind == "in use":
+        holders = listeners.listener_pids(port) or []
+        what += (f" ({', '.join(listeners.describe(p) for p in holders[:3])})" if holders
+                 else " (by a process of another user or a container)")
+    return what
 
 
 def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
@@ -154,10 +181,12 @@ def wait_healthy(server: Server, proc: subprocess.Popen | None, timeout_s: float
 
 @contextlib.contextmanager
 def launched_server(server: Server, cmd: list[str], env: dict[str, str], *, startup_timeout_s: float,
-                    grace_s: float, gpu_release_s: float = 30.0,
-                    progress: Progress | None = None) -> Iterator[Server]:
+                    grace_s: float, gpu_release_s: float = 30.0, progress: Progress | None = None,
+                    own_listener: bool = True) -> Iterator[Server]:
     """Start `cmd` in a new session, stdout+stderr to server.log_path; yield once /health answers 200.
-    On the way out (normally, on error, on Ctrl-C) the session is taken down; server.teardown says how."""
+    On the way out (normally, on error, on Ctrl-C) the session is taken down; server.teardown says how.
+    own_listener: the server's socket must belong to the session (False for a launcher whose server runs
+    elsewhere, such as `docker run`: a container's port is held by its runtime's processes)."""
     assert server.log_path is not None
     server.log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(server.log_path, "wb") as log:
@@ -173,12 +202,35 @@ def launched_server(server: Server, cmd: list[str], env: dict[str, str], *, star
         Path(pidfile).write_text(f"{proc.pid}\n")
     try:
         server.startup_s = wait_healthy(server, proc, startup_timeout_s, progress)
+        ensure_ours(server, proc, "answered /health", own_listener=own_listener)
         yield server
+        # what answered all along was ours, and it is still up
+        ensure_ours(server, proc, "was measured", own_listener=own_listener)
     finally:
         with procs.signals_deferred():  # a second Ctrl-C must not leave the server half-killed
             server.teardown = terminate_session(proc, grace_s, gpu_release_s=gpu_release_s, progress=progress)
         if pidfile:
             Path(pidfile).unlink(missing_ok=True)
+
+
+def ensure_ours(server: Server, proc: subprocess.Popen, when: str, *, own_listener: bool = True) -> None:
+    """The server at server.url is the one we started: our process still runs, and (own_listener) the socket
+    listening on the port belongs to a process of its session, checked where /proc shows the holder (one this
+    user cannot see leaves the launch arguments /server_info reports as the check)."""
+    port = port_of(server.url)
+    code = proc.poll()
+    if code is not None:
+        raise ServerError(f"our server (pid {proc.pid}) exited with code {code}, yet {server.url} {when}: "
+                          f"that was not our server; log {server.log_path}:\n{log_tail(server.log_path)}")
+    if not own_listener or not procs.has_proc() or listeners.listening(port) is None:
+        return
+    if listeners.listener_pids(port, procs.session_members(proc.pid)):
+        return
+    others = listeners.listener_pids(port) or []
+    if others:
+        raise ServerError(f"{server.url} {when}, but the process listening on port {port} is not of our server's "
+                          f"session {proc.pid} ({', '.join(listeners.describe(p) for p in others[:3])}): not "
+                          f"measuring someone else's server; log {server.log_path}:\n{log_tail(server.log_path)}")
 
 
 def attached_server(url: str) -> Server:

@@ -145,6 +145,18 @@ def _broken(tmp_path: Path, old: str, new: str) -> Path:
     ('draft = "/fake/draft"', "", "[model] draft: missing: arms with speculative = true"),
     ('name = "fake"', 'name = "fake"\n[profile]\nsteps = 4\narms = ["nope"]',
      "[profile] arms: names arm 'nope'"),
+    # found by test_bench_config_fuzz.py (issue 18): the name becomes receipt file names, so one file-name part
+    ('name = "fake"', 'name = "../../x"', "top level name: '../../x': it names the receipt files"),
+    ('name = "fake"', 'name = "a\\u0000b"', "top level name: 'a\\x00b': it names the receipt files"),
+    ('name = "fake"', 'name = "/"', "top level name: '/': it names the receipt files"),
+    # a key or value with a line break stays one line of message
+    ('name = "fake"', '"a\\nb" = 1\nname = "fake"', "top level a\\nb: unknown key"),
+    ('[arms.baseline]', '[arms."base\\u2028line"]', "(arms: base\\u2028line, eagle3, eagle3+fusion)"),
+    ('prompts = "prompts.jsonl"', 'prompts = "a\\u0000b"', "[workload] prompts: 'a\\x00b' is not a usable path"),
+    ('prompts = "prompts.jsonl"', f'prompts = "{"x" * 300}"', "is not a usable path"),
+    ("port = 0", "port = 70000", "[server] port: expected an integer from 0 to 65535, got 70000"),
+    ("startup_timeout_s = 20", "startup_timeout_s = nan", "[server] startup_timeout_s: expected a finite number"),
+    ("min_ratio = { 1 = 1.3 }", "min_ratio = { 1 = inf }", "[verdict] min_ratio.1: expected a positive number"),
 ])
 def test_bad_config_names_file_and_key(tmp_path: Path, old: str, new: str, expect: str) -> None:
     p = _broken(tmp_path, old, new)
@@ -152,6 +164,7 @@ def test_bad_config_names_file_and_key(tmp_path: Path, old: str, new: str, expec
         load_config(p)
     assert str(p) in str(e.value)
     assert expect in str(e.value)
+    assert len(str(e.value).splitlines()) == 1
 
 
 def test_bad_prompt_file_names_file_and_line(tmp_path: Path) -> None:

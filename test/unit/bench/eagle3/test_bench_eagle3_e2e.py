@@ -31,7 +31,7 @@ def only(out: Path, pattern: str) -> Path:
 
 def test_launch_mode_fast_eagle3_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, eagle_env={"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3"},
-                       fusion_env={"FAKE_ROUND_MS": "3", "FAKE_ACCEPT_LEN": "3"})
+                       fusion_env={"FAKE_ROUND_MS": "3", "FAKE_ACCEPT_LEN": "3"}, model_dirs=True)
     out = tmp_path / "out"
     assert bench("--config", str(cfg), "--out", str(out)) == 0
     printed = capsys.readouterr()
@@ -92,7 +92,7 @@ def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
     off = {"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3",
            "FAKE_TRACE": str(data / "lab-h200x2-eagle3-fusion-off-TP-0.trace.json.gz")}
     on = {**off, "FAKE_TRACE": str(data / "lab-h200x2-eagle3-fusion-on-TP-0.trace.json.gz")}
-    cfg = write_config(tmp_path, eagle_env=off, fusion_env=on, repeats=1, concurrency="[1]",
+    cfg = write_config(tmp_path, eagle_env=off, fusion_env=on, repeats=1, concurrency="[1]", model_dirs=True,
                        extra='[profile]\nsteps = 2\narms = ["eagle3", "eagle3+fusion"]\ntimeout_s = 20\n')
     out = tmp_path / "out"
     assert bench("--config", str(cfg), "--out", str(out)) == 0
@@ -114,7 +114,7 @@ def test_launch_mode_slow_eagle3_fails_on_acceptance(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     # 1.1 tokens per 7 ms round vs 1 token per 4 ms: ~0.6x (a loaded CI machine cannot flip that)
     cfg = write_config(tmp_path, eagle_env={"FAKE_ROUND_MS": "7", "FAKE_ACCEPT_LEN": "1.1"}, repeats=1,
-                       concurrency="[1]")
+                       concurrency="[1]", model_dirs=True)
     out = tmp_path / "out"
     assert bench("--config", str(cfg), "--out", str(out), "--no-plots") == 1
     assert "VERDICT: FAIL" in capsys.readouterr().out
@@ -169,7 +169,7 @@ def test_attach_mode_and_streaming(tmp_path: Path) -> None:
 
 def test_deadline_and_arm_selection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, fusion_env={"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3"}, repeats=2,
-                       concurrency="[1]")
+                       concurrency="[1]", model_dirs=True)
     out = tmp_path / "out"
     assert bench("--config", str(cfg), "--out", str(out), "--no-plots", "--arms", "baseline,eagle3",
                  "--deadline-s", "0.01") == 1

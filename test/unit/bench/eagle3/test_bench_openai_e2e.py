@@ -156,7 +156,7 @@ def test_a_dead_attach_url_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
 def test_launch_mode_chat_api_uses_sglangs_extras(tmp_path: Path) -> None:
     """The target box's path: our SGLang server launched, the chat API measured, SGLang's accept length
     (/server_info after a reset: the OpenAI API carries no spec counts) and step times read around it."""
-    cfg = write_config(tmp_path, api="chat", fusion_env=None, repeats=1, concurrency="[1]")
+    cfg = write_config(tmp_path, api="chat", fusion_env=None, repeats=1, concurrency="[1]", model_dirs=True)
     out = tmp_path / "out"
     assert main(["bench", "eagle3", "--config", str(cfg), "--no-plots", "--out", str(out)]) == 0
     r = json.loads(only(out, "*.json").read_text())
@@ -167,7 +167,7 @@ def test_launch_mode_chat_api_uses_sglangs_extras(tmp_path: Path) -> None:
     # 32 tokens: the prefill's, then 31 in rounds of 3 tokens (the last 1): 11 rounds, 12 chunks
     assert lv["accept_len_source"] == "server_info" and lv["accept_len"] == pytest.approx(31 / 11, abs=1e-6)
     assert lv["tokens_per_chunk"] == pytest.approx(32 / 12, abs=1e-4) and lv["step_samples"] > 0
-    assert eagle["server"]["engine"] == "sglang" and eagle["server"]["model_id"] == "/fake/target"
+    assert eagle["server"]["engine"] == "sglang" and eagle["server"]["model_id"] == str(tmp_path / "models" / "target")
     assert s["ttft_ms_p50"] >= 5.0 and s["itl_ms_p99"] >= 6.0 * 0.5  # FAKE_PREFILL_MS 5; rounds of 6 ms
 
 

@@ -137,7 +137,7 @@ def test_ctrl_c_to_the_harness_kills_the_server(tmp_path: Path) -> None:
     has a child) is still starting: the harness exits 130 and leaves no process of the server behind."""
     stubborn = {"FAKE_STARTUP_S": "60", "FAKE_IGNORE_SIGTERM": "1", "FAKE_SPAWN_CHILD": "1",
                 "FAKE_PID_FILE": str(tmp_path / "p.json")}
-    cfg = write_config(tmp_path, baseline_env=stubborn)
+    cfg = write_config(tmp_path, baseline_env=stubborn, model_dirs=True)
     cmd = [sys.executable, "-m", "sglang_blackwell.cli", "bench", "eagle3", "--config", str(cfg),
            "--out", str(tmp_path / "out"), "--no-plots"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,0 +1,159 @@
+"""What `python -m sglang.launch_server` makes of its command line, for the flags `serve` plans around (the TP
+size, flags the user set). Read from sglang 0.5.9, 0.5.14 and 0.5.23 (server_args.py prepare_server_args and
+add_cli_args, server_args_config_parser.py), not guessed:
+
+- `--config FILE` (the exact token, once): ConfigArgumentMerger reads the YAML file and sglang parses
+  <the file's arguments> + <the arguments before --config> + <those after FILE>, so the command line wins over the
+  file. The file must end in .yaml or .yml and hold a mapping (empty: nothing); each key becomes `--<key>` as
+  written; true -> the flag (false -> nothing) for a store_true option, a list -> the flag and each item, a mapping
+  -> its JSON, anything else -> str(value). `--config=FILE` (one token) is parsed but never merged: sglang
+  ignores the file; serve refuses it instead of planning for settings sglang will not read.
+- argparse: the last occurrence of a flag wins; a long flag may be abbreviated to an unambiguous prefix
+  (allow_abbrev); `--flag=value` or `--flag value`, where the value may be a negative number but no other token
+  starting with `-`; after a bare `--` nothing is a flag.
+- the TP size: --tp-size and --tensor-parallel-size (0.5.9: one action with both names; 0.5.14, 0.5.23: --tp-size
+  with the alias --tensor-parallel-size), type int, default 1. No other flag of these versions starts with --tp
+  or --te, so --tp, --tp-s, --te, --tensor ... are abbreviations of them.
+sglang itself accepts --tp 0 or -3 and fails later; serve refuses a TP size < 1 up front.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's: such a token is a value, not a flag
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class SglangArgv:
+    tokens: list[str]  # what sglang's argparse parses (the --config file merged in front)
+    tp: int
+    tp_settings: list[str] = field(default_factory=list)  # every TP setting, in the order sglang reads them
+    config: str | None = None
+
+    def tp_why(self) -> str:
+        if not self.tp_settings:
+            return "TP=1 (no --tp: sglang's default)"
+        last = self.tp_settings[-1]
+        if len(self.tp_settings) == 1:
+            return f"TP={self.tp} ({last})"
+        return (f"TP={self.tp} ({last}: sglang keeps the last of {', '.join(self.tp_settings)}"
+                + (", the config file's first" if self.config else "") + ")")
+
+
+def tp_flag(token: str) -> str | None:
+    """The TP flag a token spells for argparse (exactly, or as an unambiguous abbreviation)."""
+    if not token.startswith("--") or token == "--":
+        return None
+    name = token.split("=", 1)[0]
+    if name in TP_FLAGS:
+        return name
+    hits = [f for f in TP_FLAGS if f.startswith(name)]
+    return hits[0] if len(name) >= 4 and len(hits) == 1 else None
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and token != "-" and not NEGATIVE_NUMBER.match(token)
+
+
+def read(args: list[str]) -> SglangArgv:
+    """The arguments as sglang reads them; UserError (naming the flag, or the config file and key) for what sglang
+    would refuse or silently ignore, and for a TP size < 1."""
+    for a in args:
+        if a == "--":
+            break
+        if a.startswith("--config="):
+            raise UserError(f"{a}: sglang merges a config file only as two words (--config "
+                            f"{a.split('=', 1)[1]}); with '=' it ignores the file")
+    config = None
+    tokens: list[tuple[str, str | None]] = [(a, None) for a in args]  # (token, where it came from)
+    positions = [i for i, a in enumerate(args) if a == "--config"]
+    if len(positions) > 1:
+        raise UserError("--config given twice: sglang reads one config file")
+    if positions:
+        i = positions[0]
+        if i + 1 >= len(args):
+            raise UserError("--config: expected a YAML file after it")
+        config = args[i + 1]
+        tokens = _config_tokens(config) + tokens[:i] + tokens[i + 2:]
+    settings: list[str] = []
+    tp = 1
+    i = 0
+    while i < len(tokens):
+        tok, where = tokens[i]
+        if tok == "--":
+            break
+        flag = tp_flag(tok)
+        if flag:
+            if "=" in tok:
+                value, shown = tok.split("=", 1)[1], tok
+            elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1][0]):
+                value = tokens[i + 1][0]
+                shown = f"{tok} {value}"
+                i += 1
+            else:
+                raise UserError(f"{where or tok}: expected the tensor-parallel size after {tok}")
+            try:
+                tp = int(value)
+            except ValueError:
+                tp = 0
+            if tp < 1:
+                raise UserError(f"{where or shown}: expected a positive integer (the tensor-parallel size), "
+                                f"got {value!r}")
+            settings.append(shown + (f" in {config}" if where else ""))
+        i += 1
+    return SglangArgv(tokens=[t for t, _ in tokens], tp=tp, tp_settings=settings, config=config)
+
+
+def _config_tokens(path_text: str) -> list[tuple[str, str | None]]:
+    """The arguments sglang's ConfigArgumentMerger makes of the YAML file, each with `--config FILE: key`."""
+    path = Path(path_text)
+    at = f"--config {path_text}"
+    if path.suffix.lower() not in YAML_SUFFIXES:
+        raise UserError(f"{at}: sglang reads only .yaml / .yml config files")
+    if not path.is_file():
+        raise UserError(f"{at}: " + ("not a file" if path.exists() else "no such file"))
+    try:
+        import yaml
+    except ImportError:
+        raise UserError(f"{at}: reading sglang's YAML config needs PyYAML (sglang's environment has it; "
+                        "pip install pyyaml)") from None
+    try:
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{at}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise UserError(f"{at}: cannot read ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{at}: not valid YAML: {' '.join(str(e).split())}") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise UserError(f"{at}: expected a mapping of option: value at the top, got {type(data).__name__}")
+    out: list[tuple[str, str | None]] = []
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise UserError(f"{at}: key {key!r} is not a string (sglang reads option names)")
+        where = f"{at}: {key}"
+        if tp_flag(f"--{key}") and isinstance(value, bool | list | dict):
+            raise UserError(f"{where}: expected a positive integer (the tensor-parallel size), got {value!r}")
+        out += [(t, where) for t in _yaml_arg(key, value)]
+    return out
+
+
+def _yaml_arg(key: str, value: Any) -> list[str]:
+    if isinstance(value, bool):
+        return [f"--{key}"] if value else []
+    if isinstance(value, list):
+        return [f"--{key}", *(str(v) for v in value)] if value else []
+    if isinstance(value, dict):
+        return [f"--{key}", json.dumps(value)]
+    return [f"--{key}", str(value)]
