@@ -30,6 +30,7 @@ from sglang_blackwell.artifacts.install import pip_command  # noqa: E402
 from sglang_blackwell.patchset.bases import get_base  # noqa: E402
 from support.cuda_headers import extra_include_dirs  # noqa: E402
 from support.docker_context import copy_context  # noqa: E402
+from support.wheel_check import installer_problems  # noqa: E402
 
 REPO = TEST_ROOT.parent
 SCRIPT = REPO / "docker" / "install-stack.sh"
@@ -112,6 +113,7 @@ def test_install_stack_in_a_venv(tmp_path, src):
 
     # in full mode the script installs exactly what base.toml says (the command it recorded)
     wheels = [dist / w["output"]["filename"] for p in manifest["packages"] for w in p["wheels"]]
+    assert [installer_problems(w) for w in wheels] == [[] for _ in wheels]  # an independent RECORD reader
     expected = pip_command(base, wheels, python_exe=str(py), no_deps=False)
     assert shlex.split((dist / "install-command.txt").read_text()) == expected
     torch = base.runtime_artifact("torch")
