@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one install script of the serving image: docker/Dockerfile runs it in the builder stage, and
-# test/unit/test_install_stack.py runs it in a venv on a CPU machine (CUDA wheels skipped) so CI exercises it.
+# test/unit/release/test_install_stack.py runs it in a venv on a CPU machine (CUDA wheels skipped) so CI exercises
+# it, as does the image build on a stand-in base (docker/standin-image.sh, `make image-test`).
 # Nothing is pinned here: every version, index URL and hash comes from patches/<BASE>/base.toml through the
 # sglang-blackwell CLI installed from SRC.
 #

@@ -15,7 +15,8 @@ import pytest
 
 REQUIRE_TOOLS_ENV = "SGLANG_BLACKWELL_REQUIRE_TOOLS"
 # every skip in these modules means "a tool is missing here"
-MUST_RUN_IN_CI = frozenset({"test_docker_static.py", "test_workflows.py", "test_install_stack.py", "test_aot.py"})
+MUST_RUN_IN_CI = frozenset({"test_docker_static.py", "test_workflows.py", "test_install_stack.py", "test_aot.py",
+                            "test_serving_image.py"})
 
 
 def tools_required() -> bool:

@@ -38,4 +38,4 @@ def test_a_skip_fails_only_when_tools_are_required(tmp_path):
 
 def test_ci_requires_the_tools():
     assert f"export {REQUIRE_TOOLS_ENV}=1" in (REPO / ".ci" / "run").read_text()
-    assert {p.name for p in (TEST_ROOT / "unit").rglob("test_*.py")} >= MUST_RUN_IN_CI
+    assert {p.name for p in TEST_ROOT.rglob("test_*.py")} >= MUST_RUN_IN_CI

@@ -43,6 +43,7 @@ if str(TEST_ROOT) not in sys.path:
 from pyenvs import make_venv  # noqa: E402
 
 from support.cuda_headers import extra_include_dirs  # noqa: E402
+from support.wheel_check import installer_problems  # noqa: E402
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 try:
@@ -102,6 +103,7 @@ def test_add_files_keeps_the_wheel_valid(tmp_path):
         add_files(whl, {"flashinfer_python-0.0.1+sm120.1.dist-info/RECORD": b""}, {})
     add_files(whl, {"flashinfer/data/aot/norm/norm.so": b"\x7fELF"}, {"aot": {"archs": ["12.0a"]}}, mode=0o755)
     assert check_record(whl) == []
+    assert installer_problems(whl) == []  # an independent reader agrees
     with zipfile.ZipFile(whl) as z:
         info = z.getinfo("flashinfer/data/aot/norm/norm.so")
         marker = json.loads(z.read("flashinfer_python-0.0.1+sm120.1.dist-info/sglang_blackwell.json"))
@@ -133,6 +135,7 @@ def test_patched_flashinfer_wheel_built_with_aot_holds_sm120a_modules(tmp_path):
     built, manifest = build(base, tmp_path / "dist", aot=req)
     fi = next(w for w in built if w.package == "flashinfer")
     assert check_record(fi.path) == []
+    assert installer_problems(fi.path) == []  # an independent reader agrees
     unpacked = tmp_path / "site"
     with zipfile.ZipFile(fi.path) as z:
         z.extractall(unpacked)

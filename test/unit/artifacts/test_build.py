@@ -17,6 +17,7 @@ from sglang_blackwell.artifacts.build import build
 from sglang_blackwell.artifacts.wheel import check_record, wheel_version_ok
 from sglang_blackwell.errors import ApplyError, UserError
 from sglang_blackwell.patchset.bases import get_base
+from support.wheel_check import installer_problems
 from support.wheel_world import ORIGINAL, PATCHED, make_wheel, sha256
 
 
@@ -25,6 +26,7 @@ def test_build_tiny_base(tiny_base, tmp_path):
     (w,) = built
     assert w.path.name == "sglang-0.0.1+sm120.7-py3-none-any.whl"
     assert check_record(w.path) == [] and wheel_version_ok(w.path)
+    assert installer_problems(w.path) == []  # an independent reader agrees
     with zipfile.ZipFile(w.path) as z:
         assert z.read("sglang/gate.py") == PATCHED
         meta = z.read("sglang-0.0.1+sm120.7.dist-info/METADATA").decode()
@@ -115,6 +117,7 @@ def test_default_base_wheels_carry_the_series(tmp_path, monkeypatch):
     assert names == [f"flashinfer_python-0.6.4+{label}-py3-none-any.whl", f"sglang-0.5.9+{label}-py3-none-any.whl"]
     for w in built:
         assert check_record(w.path) == [] and wheel_version_ok(w.path)
+        assert installer_problems(w.path) == []  # an independent reader agrees
     with zipfile.ZipFile(tmp_path / "dist" / names[1]) as z:
         meta = z.read(f"sglang-0.5.9+{label}.dist-info/METADATA").decode()
         assert "_is_sm120_supported = _is_cuda and is_sm120_supported()" in z.read(

@@ -23,6 +23,7 @@ from sglang_blackwell.artifacts.wheel import check_record, wheel_version_ok
 from sglang_blackwell.cli import main as cli_main
 from sglang_blackwell.errors import IntegrityError, UserError
 from sglang_blackwell.patchset.bases import get_base
+from support.wheel_check import installer_problems
 from support.wheel_world import PATCHED, sha256
 
 from .bundle_fixtures import isolated_pip_env, kernel_wheel, lock_world, make_world, run_install
@@ -60,6 +61,7 @@ def test_strip_rewrites_record_relabels_and_is_reproducible(tmp_path):
     assert a.path.name == "sglang_kernel-0.0.1+stripped.fa3.sm100-cp310-abi3-manylinux2014_x86_64.whl"
     assert a.sha256 == b.sha256 == sha256(b.path)  # byte-reproducible, order of --strip irrelevant
     assert check_record(a.path) == [] and wheel_version_ok(a.path)
+    assert installer_problems(a.path) == []  # an independent reader agrees
     with zipfile.ZipFile(a.path) as z:
         names = set(z.namelist())
         record = z.read("sglang_kernel-0.0.1+stripped.fa3.sm100.dist-info/RECORD").decode()

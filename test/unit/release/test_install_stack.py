@@ -31,6 +31,7 @@ from sglang_blackwell.artifacts.lock import load_lock  # noqa: E402
 from sglang_blackwell.patchset.bases import get_base  # noqa: E402
 from support.cuda_headers import extra_include_dirs  # noqa: E402
 from support.docker_context import copy_context  # noqa: E402
+from support.wheel_check import installer_problems  # noqa: E402
 
 REPO = TEST_ROOT.parent
 SCRIPT = REPO / "docker" / "install-stack.sh"
@@ -113,6 +114,7 @@ def test_install_stack_in_a_venv(tmp_path, src):
 
     # in full mode the script installs exactly what base.toml says (the command it recorded)
     wheels = [dist / w["output"]["filename"] for p in manifest["packages"] for w in p["wheels"]]
+    assert [installer_problems(w) for w in wheels] == [[] for _ in wheels]  # an independent RECORD reader
     pyver = subprocess.run([str(py), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                            capture_output=True, text=True, check=True).stdout.strip()
     lock = load_lock(base, pyver)
