@@ -99,7 +99,10 @@ def test_ruff_is_pinned_and_is_the_one_that_lints():
 
 
 def local_modules() -> set[str]:
-    return {p.stem for p in TEST.rglob("*.py")} | {p.name for p in TEST.rglob("*") if p.is_dir()}
+    """Modules of this repository the tests import by name: under test/, and the scripts under benchmark/ that
+    tests put on sys.path (the lab generator and its tokenizer)."""
+    here = {p.stem for p in TEST.rglob("*.py")} | {p.name for p in TEST.rglob("*") if p.is_dir()}
+    return here | {p.stem for p in (REPO / "benchmark").rglob("*.py")}
 
 
 def test_every_third_party_import_of_the_tests_is_declared():
