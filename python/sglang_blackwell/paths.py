@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from .errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -37,6 +41,40 @@ def cache_dir() -> Path:
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return (base / "sglang-blackwell").resolve()
 
+
+def os_reason(e: OSError) -> str:
+    """An OSError as the words a user reads ("No such file or directory", "Is a directory", ...)."""
+    return e.strerror or str(e)
+
+
+def read_bytes(path: Path, what: str = "") -> bytes:
+    """The file's bytes, or a UserError naming it (`what` first, e.g. "--deps"): missing, a directory, unreadable."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise UserError(f"{what + ' ' if what else ''}{path}: cannot read it: {os_reason(e)}") from None
+
+
+def read_text(path: Path, what: str = "") -> str:
+    """The file as UTF-8 text, or a UserError naming it (as read_bytes, and where it is not UTF-8: the byte)."""
+    data = read_bytes(path, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise UserError(f"{what + ' ' if what else ''}{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} "
+                        f"at offset {e.start})") from None
+
+
+def read_json(path: Path, what: str = "") -> Any:
+    """A JSON file's data, or a UserError naming it (unreadable, not UTF-8, not JSON: line and column)."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        where = f":{e.lineno}:{e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise UserError(f"{what + ' ' if what else ''}{path}{where}: not valid JSON "
+                        f"({e.msg if isinstance(e, json.JSONDecodeError) else e})") from None
 
 
 def _umask() -> int:

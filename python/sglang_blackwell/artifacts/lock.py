@@ -70,8 +70,8 @@ from packaging.version import Version
 from ..errors import UserError
 from ..patchset.bases import Base, RuntimeArtifact
 from ..patchset.fetch import pip_base_command
-from ..paths import write_atomic
-from ..tomlio import tomllib
+from ..paths import read_text, write_atomic
+from ..tomlio import load_file
 from .deps import Hashed, Pin, Target, WheelInfo, collect_needs
 from .wheel import Entry, make_record
 
@@ -213,10 +213,7 @@ def load_recipe(base: Base) -> Recipe:
     path = base.dir / "locks" / RECIPE
     if not path.exists():
         return Recipe(None, {}, {}, {})
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = load_file(path)
     unknown = sorted(set(data) - {"constraints", "not_lockable", "unsupported"})
     if unknown:
         raise UserError(f"{path}: unknown table(s) {unknown} (known: constraints, not_lockable, unsupported)")
@@ -245,10 +242,7 @@ def constraint_pins(files: list[Path]) -> dict[str, tuple[str, Path, int]]:
     """name -> (exact version, file, line) of every `name==version` line of the constraint files."""
     out: dict[str, tuple[str, Path, int]] = {}
     for f in files:
-        try:
-            lines = f.read_text().splitlines()
-        except OSError as e:
-            raise UserError(f"constraint file {f}: {e.strerror or e}") from None
+        lines = read_text(f, "constraint file").splitlines()
         for i, raw in enumerate(lines, 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
@@ -324,10 +318,9 @@ def render(lock: Lock, command: str) -> str:
 
 
 def read_lock(path: Path) -> Lock:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such lock") from None
+    if not path.exists() and not path.is_symlink():
+        raise UserError(f"{path}: no such lock")
+    text = read_text(path)
     head: dict[str, list[str]] = {}
     entries = []
     pending: list[str] = []

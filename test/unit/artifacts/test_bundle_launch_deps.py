@@ -20,7 +20,7 @@ from sglang_blackwell.artifacts.deps import read_installed, read_pins
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, list_bases
 
-from .bundle_fixtures import isolated_pip_env, make_world
+from .bundle_fixtures import isolated_pip_env, lock_world, make_world
 from .test_bundle import PY, _pins
 
 REPO = Path(__file__).resolve().parents[3]
@@ -62,7 +62,7 @@ def test_a_broken_launch_deps_file_is_named(tmp_path):
     with pytest.raises(UserError, match=r"launch_deps.toml: \[lines.\"0.5.14\"\] must map"):
         load_launch_deps("0.5.14", bad)
     bad.write_text("[lines\n")
-    with pytest.raises(UserError, match="launch_deps.toml: cannot read"):
+    with pytest.raises(UserError, match="launch_deps.toml: not valid TOML"):
         load_launch_deps("0.5.14", bad)
 
 
@@ -71,6 +71,7 @@ def test_bundle_warns_one_line_per_missing_launch_dependency(tmp_path, server, m
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(world.base.parent))
     monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
     isolated_pip_env(monkeypatch)
+    lock_world(world, PY)  # --deps pins must agree with the base's lock for the target Python
     known = tmp_path / "launch_deps.toml"
     known.write_text('[lines."9.9.9"]\ndepb = "the b endpoint"\ndepc = "the c backend"\n'
                      'Dep_Z = "the z grammar: the server dies at start"\nnumpy = "everything"\n')
