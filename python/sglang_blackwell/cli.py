@@ -45,10 +45,18 @@ def positive_float_arg(text: str) -> float:
     return v
 
 
+NAME_MAX, PATH_MAX = 255, 4095  # Linux: bytes per path component, per path
+
+
 def path_arg(text: str) -> str:
-    """type= of flags that name a file or directory: an empty string names nothing (and would mean '.')."""
+    """type= of arguments that name a file or directory: an empty string names nothing (and would mean '.'), and a
+    path the kernel refuses to look up (ENAMETOOLONG) is refused here, by name."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no file")
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise argparse.ArgumentTypeError(f"{text[:40]}...: longer than a path can be ({NAME_MAX} bytes a component, "
+                                         f"{PATH_MAX} in all)")
     return text
 
 
@@ -180,6 +188,8 @@ def cmd_bundle(a: argparse.Namespace) -> int:
               f"bash {first}/install.sh [--target SITE]")
     else:
         print(f"install: bash {first}/install.sh [--target SITE]")
+    print(f"on the target, --expect-id {m['bundle_id'][:16]} refuses any other bundle (install.sh recomputes the id "
+          "from the manifest; send the id by another channel than the bundle)")
     return 0
 
 
@@ -437,12 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checkout", help="upstream tree as a git repo with one commit per patch")
     p.add_argument("--base")
     p.add_argument("--package", required=True, help="sglang or flashinfer")
-    p.add_argument("dir")
+    p.add_argument("dir", type=path_arg)
     p.set_defaults(fn=cmd_checkout)
 
     p = sub.add_parser("export", help="write a checkout's commits back as the series")
-    p.add_argument("dir")
-    p.add_argument("--to", help="series directory (default: where the checkout came from)")
+    p.add_argument("dir", type=path_arg)
+    p.add_argument("--to", type=path_arg, help="series directory (default: where the checkout came from)")
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("install", help="pip install the patched stack (or --upstream to roll back)")
@@ -467,8 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bundle", type=path_arg,
                    help="bundle directory, replaced as a whole (default: bundle)")
     p.add_argument("--strip", help="kernel wheel parts to remove, e.g. fa3,sm100,flashmla (kernel_parts.toml)")
-    p.add_argument("--installed", help="the target's `pip list --format=freeze`: carry only what it lacks")
-    p.add_argument("--deps", help="pinned dependency list (name==version lines), e.g. "
+    p.add_argument("--installed", type=path_arg,
+                   help="the target's `pip list --format=freeze`: carry only what it lacks")
+    p.add_argument("--deps", type=path_arg, help="pinned dependency list (name==version lines), e.g. "
                    "benchmark/lab/bundle-deps-0.5.14-py312.txt; without it (and with --installed) the "
                    "dependencies are resolved automatically from Requires-Dist")
     p.add_argument("--exclude", help="distributions never carried, comma-separated")
@@ -480,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "unchecked: marked imported)")
     p.add_argument("--chunk-mib", type=positive_float_arg,
                    help="split into chunk directories c1, c2, ... of at most N MiB")
-    p.add_argument("--kernel-wheel", help="use this kernel wheel file instead of fetching the base's pin")
+    p.add_argument("--kernel-wheel", type=path_arg,
+                   help="use this kernel wheel file instead of fetching the base's pin")
     p.add_argument("--no-kernel", action="store_true", help="carry no kernel wheel")
     p.add_argument("--index-url", help="package index for dependency downloads (pip --index-url)")
     p.add_argument("--find-links", action="append", help="pip --find-links for dependency downloads (repeatable)")
@@ -503,9 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_lock)
 
     p = sub.add_parser("index", help="PEP 503 simple index of the built wheels")
-    p.add_argument("dir")
-    p.add_argument("--dist", action="append", help="directory of wheels (default: dist); repeat for several, "
-                                                  "in order of precedence")
+    p.add_argument("dir", type=path_arg)
+    p.add_argument("--dist", action="append", type=path_arg,
+                   help="directory of wheels (default: dist); repeat for several, in order of precedence")
     p.add_argument("--recursive", action="store_true", help="also wheels in subdirectories of --dist")
     p.add_argument("--keep-first", action="store_true",
                    help="same file name, other bytes: publish the first one listed instead of failing")

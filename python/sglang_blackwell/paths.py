@@ -87,9 +87,14 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     """Write `data` to `path` through a private temporary sibling and a rename: a reader sees the old file or the
     whole new one, never half of it, and a failure leaves no temporary file behind. The file keeps its mode
     (a new one gets the umask's)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a file; nothing was written")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({os_reason(e)}); nothing was written") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -97,6 +102,8 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({os_reason(e)}); nothing was written") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from .. import __version__, procs
 from ..errors import IntegrityError, UserError
@@ -286,6 +286,11 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
         kernel_artifact(base, opts.python)  # fail before any work when the kernel cannot be verified
     if opts.kernel_wheel and not opts.kernel_wheel.is_file():
         raise UserError(f"--kernel-wheel {opts.kernel_wheel}: no such file")
+    if opts.kernel_wheel:
+        try:
+            parse_wheel_filename(opts.kernel_wheel.name)
+        except InvalidWheelFilename as e:
+            raise UserError(f"--kernel-wheel {opts.kernel_wheel}: not a wheel file name ({e})") from None
     if opts.jit_archs and not (opts.jit_python or opts.jit_cache):
         raise UserError("--jit-archs: no --jit-python to build the modules with (a venv with the target's "
                         "torch, apache-tvm-ffi, ninja and numpy: see benchmark/lab/README.md) nor "

@@ -201,10 +201,22 @@ def target_facts(python: str, target: Path | None) -> dict:
     env = dict(os.environ)
     if target is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(target), *filter(None, [env.get("PYTHONPATH")])])
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env)
+    try:
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise Refused(EXIT_USAGE, f"--python {python}: cannot run it ({why})") from None
     if r.returncode != 0:
-        raise Refused(EXIT_USAGE, f"cannot run {python}: {r.stderr.strip()[-300:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+        tail = " | ".join(r.stderr.strip().splitlines()[-3:])
+        raise Refused(EXIT_USAGE, f"--python {python}: cannot run it (exit {r.returncode}: {tail[-300:]})")
+    try:
+        facts = json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        facts = None
+    if not isinstance(facts, dict) or not isinstance(facts.get("python"), str):
+        raise Refused(EXIT_USAGE, f"--python {python}: not a Python interpreter (it gave no answer to a Python "
+                      "one-liner)")
+    return facts
 
 
 def gpu_capabilities() -> set[str] | None:
@@ -357,6 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.stage_only and not a.stage:
             raise Refused(EXIT_USAGE, "--stage-only needs --stage DIR")
+        for flag, d in (("--target", a.target), ("--stage", a.stage)):
+            if d is not None and not d.strip():
+                raise Refused(EXIT_USAGE, f"{flag}: an empty path names no directory")
+            blocker = next((p for p in [Path(d), *Path(d).parents] if p.exists() and not p.is_dir()), None) \
+                if d else None
+            if blocker is not None:
+                raise Refused(EXIT_USAGE, f"{flag} {d}: {blocker} is a file, not a directory; nothing was staged or "
+                              "installed")
         m = load_manifest(here / "manifest.json")
         check_expected(m, a.expect_id)
         dirs = source_dirs(here, m)
@@ -388,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     except Refused as e:
         print(f"install.sh: {e}", file=sys.stderr, flush=True)
         return e.code
+    except OSError as e:  # a filesystem state no check above foresaw: named, in one line
+        what = f"{e.filename}: {e.strerror or e}" if e.filename else str(e)
+        print(f"install.sh: error: {what} (unexpected {type(e).__name__}; nothing more was done)", file=sys.stderr,
+              flush=True)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ..errors import IntegrityError, UserError
-from ..patchset.fetch import pip_base_command, sha256_file
+from ..patchset.fetch import pip_base_command, sha256_file, sweep_partials
 from ..paths import read_text
 
 Progress = Callable[[str], None]
@@ -358,9 +358,10 @@ class Downloader:
         specs = [f"{w.name}=={w.version}" for w in wants]
         if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
             raise UserError(f"not in the wheelhouse {self.house} and SGLANG_BLACKWELL_OFFLINE=1: {', '.join(specs)}")
+        sweep_partials(self.house)  # what killed downloads left (fetch.py names them with the pid)
         partial = self.house / ".partial"
         partial.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=partial))
+        tmp = Path(tempfile.mkdtemp(prefix=f"deps.{os.getpid()}.", dir=partial))
         try:
             req = tmp / "locked.txt"
             req.write_text("".join(f"{s} --hash=sha256:{w.sha256}\n" for s, w in zip(specs, wants, strict=True)))

@@ -461,12 +461,17 @@ def find_interpreter(python: str, python_exe: str | None) -> tuple[str, str]:
     if not cand:
         raise UserError(f"--python {python}: no python{python} on PATH to resolve with (pip evaluates environment "
                         "markers with the interpreter it runs in): pass --python-exe PATH")
-    r = subprocess.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
-                                    "platform.python_implementation(), platform.python_version())"],
-                       capture_output=True, text=True)
+    try:
+        r = subprocess.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
+                                        "platform.python_implementation(), platform.python_version())"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise UserError(f"--python-exe {cand}: cannot run it ({why})") from None
     parts = r.stdout.split()
     if r.returncode != 0 or len(parts) != 3:
-        raise UserError(f"--python-exe {cand}: cannot run it ({(r.stderr or r.stdout).strip()[-200:]})")
+        tail = " | ".join(ln.strip() for ln in (r.stderr or r.stdout).strip().splitlines() if ln.strip())
+        raise UserError(f"--python-exe {cand}: cannot run it (exit {r.returncode}: {tail[-300:]})")
     if parts[0] != python or parts[1] != "CPython":
         raise UserError(f"--python-exe {cand}: is {parts[1]} {parts[2]}, not CPython {python}")
     return cand, parts[2]

@@ -361,7 +361,8 @@ def list_bases(root: Path | None = None) -> list[Base]:
     bases = [load_base(d) for d in sorted(root.iterdir(), key=_base_sort_key) if (d / "base.toml").exists()]
     defaults = [b.name for b in bases if b.default]
     if len(defaults) != 1:
-        raise UserError(f"{root}: exactly one base.toml must say `default = true`; found {defaults or 'none'}")
+        raise UserError(f"{root}: exactly one base.toml must say `default = true`; found {defaults or 'none'} (read: "
+                        f"{', '.join(str(b.dir / 'base.toml') for b in bases) or 'no base.toml'})")
     return bases
 
 

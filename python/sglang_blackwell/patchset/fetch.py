@@ -115,7 +115,7 @@ def write_record(art: Artifact, cache: Path, source: str) -> None:
     """Best effort: a read-only (shared) cache is still a cache, it just keeps no records."""
     rec = {"filename": art.filename, "sha256": art.sha256, "size": cached_path(art, cache).stat().st_size,
            "verified": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source}
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, UserError):
         write_atomic(record_path(art, cache), json.dumps(rec, indent=1, sort_keys=True) + "\n")
 
 

@@ -106,6 +106,10 @@ def parse_patch(path: Path) -> Patch:
     text = raw.decode("utf-8", errors="replace")
     if not text.startswith("From "):
         raise UserError(f"patch {path.name}: not in `git format-patch` form (first line must be 'From <sha> ...')")
+    head_crlf = text.split("\n", 1)[0].endswith("\r")
+    if head_crlf:
+        raise UserError(f"patch {path.name}: CRLF line ends (a patch is LF text, as `git format-patch` writes it; "
+                        "an editor or git's autocrlf converted it)")
     head, _, rest = text.partition("\n\n")
     hdr = _unfold_headers(head)
     p.author = _decode_header(hdr.get("From", ""))

@@ -139,6 +139,11 @@ ITEM2 = [
                          append={"{site}/_sglang_blackwell_nccl.py": b"B = 2"}),
          after=file_is("{site}/_sglang_blackwell_nccl.py", b"B = 2",
                        runs="import _sglang_blackwell_nccl as m; print('ok' if m.B == 2 else 'no')")),
+    case("uninstall-pth-file-appended-after-block", "2", ["nccl", "uninstall", "--python", VENV_PY], rc=0,
+         setup=venv_with({}, "--hook", "pth", "--profile", "pcie-ll",
+                         append={"{site}/sglang_blackwell_nccl.pth": b"import os; os.environ['MINE'] = '1'\n"}),
+         after=file_is("{site}/sglang_blackwell_nccl.pth", b"import os; os.environ['MINE'] = '1'\n",
+                       runs="import os; print('ok' if os.environ.get('MINE') == '1' else 'no')")),
     case("uninstall-nccl-conf-appended-after-block", "2", ["nccl", "uninstall", "--python", VENV_PY], rc=0,
          setup=venv_with({"nccl.conf": b"NCCL_DEBUG=WARN"}, "--profile", "pcie-ll", "--nccl-conf", "{tmp}/nccl.conf",
                          append={"nccl.conf": b"NCCL_SOCKET_IFNAME=eth0\n"}),
@@ -254,6 +259,10 @@ ITEM5 = [
     Case("bundle-expect-id-wrong", "5", ["--target", "{tmp}/site", "--expect-id", "0123456789abcdef"], rc=4,
          cli=INSTALL_SH, setup=bundle_setup(), names=("--expect-id", "0123456789abcdef"), watch=("site", "bundle"),
          env={"PYTHON": sys.executable}),
+    Case("bundle-manifest-path-leaves-the-bundle", "5", ["--target", "{tmp}/site"], rc=4, cli=INSTALL_SH,
+         setup=bundle_setup(lambda tmp: (tmp / "bundle/manifest.json").write_text(
+             (tmp / "bundle/manifest.json").read_text().replace('"path": "wheels/', '"path": "../wheels/'))),
+         names=("{tmp}/bundle/manifest.json", "files[0]"), watch=("site", "bundle"), env={"PYTHON": sys.executable}),
     Case("bundle-expect-id-malformed", "5", ["--target", "{tmp}/site", "--expect-id", "xyz"], rc=2,
          cli=INSTALL_SH, setup=bundle_setup(), names=("--expect-id",), watch=("site", "bundle"),
          env={"PYTHON": sys.executable}),
@@ -559,6 +568,32 @@ ITEM11 = [
          setup=world(write("co", "x")), names=("{tmp}/co",), watch=("co",)),
     case("index-dir-is-a-file", "11", ["index", "{tmp}/idx", "--dist", "{tmp}/dist"],
          setup=world(built, write("idx", "x")), names=("{tmp}/idx",), watch=("idx", "dist")),
+    case("changelog-out-is-a-directory", "11", ["changelog", "--out", "{tmp}/d"], setup=world(make_dir("d")),
+         names=("{tmp}/d",), watch=("d",)),
+    case("lock-python-exe-missing", "11", ["lock", "--python", PY, "--python-exe", "{tmp}/nope/python"],
+         setup=world(), names=("--python-exe", "{tmp}/nope/python"), watch=("patches",)),
+    Case("install-sh-target-is-a-file", "11", ["--target", "{tmp}/afile"], cli=INSTALL_SH,
+         setup=bundle_setup(write("afile", "x")), names=("--target", "{tmp}/afile"), watch=("afile", "bundle"),
+         env={"PYTHON": sys.executable}),
+    Case("install-sh-stage-is-a-file", "11", ["--stage", "{tmp}/afile", "--stage-only"], cli=INSTALL_SH,
+         setup=bundle_setup(write("afile", "x")), names=("--stage", "{tmp}/afile"), watch=("afile", "bundle"),
+         env={"PYTHON": sys.executable}),
+    Case("install-sh-python-missing", "11", ["--target", "{tmp}/site", "--python", "{tmp}/nope/python"],
+         cli=INSTALL_SH, setup=bundle_setup(), names=("--python", "{tmp}/nope/python"), watch=("site", "bundle"),
+         env={"PYTHON": sys.executable}),
+    Case("install-sh-python-not-python", "11", ["--target", "{tmp}/site", "--python", "/bin/true"],
+         cli=INSTALL_SH, setup=bundle_setup(), names=("--python", "/bin/true"), watch=("site", "bundle"),
+         env={"PYTHON": sys.executable}),
+    case("bundle-kernel-wheel-not-a-wheel", "11", ["bundle", "--python", PY, "--kernel-wheel", "{tmp}/afile",
+                                                   "--out", "{tmp}/bundle"], setup=world(write("afile", "x")),
+         names=("--kernel-wheel", "{tmp}/afile"), watch=("bundle",)),
+    case("lock-python-exe-fails-loudly", "11", ["lock", "--python", PY, "--python-exe", "{tmp}/fakepy"],
+         setup=world(write("fakepy", "#!/bin/sh\necho one >&2\necho two >&2\nexit 3\n"),
+                     lambda tmp: (tmp / "fakepy").chmod(0o755)), names=("--python-exe", "{tmp}/fakepy", "exit 3"),
+         watch=("patches",)),
+    case("export-path-too-long", "11", ["export", "{tmp}/" + "a" * 300], setup=world(), names=("longer than",)),
+    case("patch-with-crlf-line-ends", "11", ["check"], setup=world(lambda tmp: w.write_patch(
+        tmp, w.patch_with().replace("\n", "\r\n"))), names=(w.PATCH, "CRLF")),
     # non-UTF-8 files
     case("series-not-utf8", "11", BUILD, setup=world(write("patches/9.9.9/sglang/series", b"\xff\xfe0001\n")),
          names=("{tmp}/patches/9.9.9/sglang/series", "UTF-8"), watch=("dist",)),
@@ -613,6 +648,34 @@ ITEM11 = [
     case("index-not-a-wheel-name", "11", ["index", "{tmp}/idx", "--dist", "{tmp}/d"],
          setup=world(write("d/bad.whl", "x")), names=("{tmp}/d/bad.whl",), watch=("idx",)),
 ]
+
+# read-only directories: root ignores permission bits, so as root a read-only bind mount in a private mount
+# namespace makes them read-only for real (as in test/unit/box/test_nccl_hook.py); otherwise chmod
+CLI = (sys.executable, "-m", "sglang_blackwell.cli")
+
+
+def read_only_dir(rel: str) -> tuple[tuple[str, ...], object]:
+    """(the command prefix under which {tmp}/rel is read-only, a setup step), or pytest.skip."""
+    if os.geteuid() != 0:
+        return CLI, lambda tmp: (tmp / rel).chmod(0o555)
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("running as root without mount namespaces: cannot make a directory read-only")
+    return ("unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"',
+            f"{{tmp}}/{rel}", *CLI), lambda tmp: None
+
+
+def test_build_out_read_only(tmp_path):
+    cli_, step = read_only_dir("dist")
+    hostile.assert_clean(case("build-out-read-only", "11", BUILD, cli=cli_, setup=world(make_dir("dist"), step),
+                              names=("--out", "{tmp}/dist", "cannot write"), watch=("dist",)), tmp_path)
+
+
+def test_read_only_cache_still_builds(tmp_path):
+    """A warm cache mounted read-only (a shared CI cache) is still a cache: nothing needs writing there."""
+    cli_, step = read_only_dir("cache")
+    hostile.assert_clean(case("cache-read-only-builds", "11", BUILD, rc=0, cli=cli_, setup=world(step),
+                              watch=("cache",)), tmp_path)
+
 
 CASES = ITEM2 + ITEM3 + ITEM4 + ITEM5 + ITEM6 + ITEM7 + ITEM10 + ITEM11
 
