@@ -381,8 +381,28 @@ def editable(path: Path) -> Path:
     return real
 
 
-def python_problem(data: bytes) -> str | None:
-    """Why Python cannot run this source (None: it compiles). Honours a coding cookie, as the import does."""
+_COMPILE = r"""
+import json, sys
+try:
+    compile(sys.stdin.buffer.read(), "<file>", "exec", dont_inherit=True)
+    print(json.dumps(None))
+except SyntaxError as e:
+    print(json.dumps("a syntax error at line %s: %s" % (e.lineno, e.msg)))
+except ValueError as e:
+    print(json.dumps("not Python source: %s" % e))
+"""
+
+
+def python_problem(data: bytes, python: str | None = None) -> str | None:
+    """Why Python cannot run this source (None: it compiles), as the interpreter `python` (default: this one)
+    compiles it: the target environment's Python may know syntax this one does not. Honours a coding cookie, as
+    the import does."""
+    if python and os.path.realpath(python) != os.path.realpath(sys.executable):
+        try:
+            r = subprocess.run([python, "-B", "-c", _COMPILE], input=data, capture_output=True, timeout=120)
+            return json.loads(r.stdout.decode().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
+            raise UserError(f"--python {python}: cannot ask it to compile a file ({e})") from None
     try:
         compile(data, "<file>", "exec", dont_inherit=True)
     except SyntaxError as e:
@@ -477,27 +497,25 @@ def _read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        if path.is_symlink():
-            real_file(path)  # a dangling link: its own error
-        return None
+        return None  # (a dangling symlink too: editable() refuses to write through it)
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def put_block(path: Path, block_for, journal: Journal | None = None) -> bool:
+def put_block(path: Path, block_for, journal: Journal | None = None, python: str | None = None) -> bool:
     """The one way a managed block goes into a file (sitecustomize.py, the pth hook's files, an NCCL config file):
     replaced in place or appended after the user's bytes (with_block), written atomically when the bytes change,
-    through a symlink. Checked first (editable; a .py file Python cannot compile is refused: a block in it could
-    never run). True: written."""
+    through a symlink. Checked first (editable; a .py file the target's Python, `python`, cannot compile is
+    refused: a block in it could never run). True: written."""
     editable(path)
     data = _read(path)
     new = with_block(data, block_for, str(path))
     if new == data:
         return False
     if path.suffix == ".py":
-        why = python_problem(data) if data is not None else None
+        why = python_problem(data, python) if data is not None else None
         if why is None:
-            why = python_problem(new)
+            why = python_problem(new, python)
         if why:
             raise UserError(f"{path}: {why}: Python cannot run this file, so a block in it could never run either; "
                             "nothing was changed (fix the file first)")
@@ -758,12 +776,12 @@ def install(target: Target, res: Resolution, hook: str = "auto",
                 r = strip_block(moved_from, journal=journal)
                 (removed if r == "removed" else written).extend([moved_from] if r else [])
             if chosen == "sitecustomize":
-                if put_block(sc_path, block_for, journal):
+                if put_block(sc_path, block_for, journal, target.executable):
                     written.append(sc_path)
                 removed += _remove_pth_hook(target, journal)
                 where = str(sc_path)
             else:
-                if put_block(mod_path, block_for, journal):
+                if put_block(mod_path, block_for, journal, target.executable):
                     written.append(mod_path)
                 if _read(pth_path) == LEGACY_PTH:
                     _remove(pth_path, journal)

@@ -116,7 +116,10 @@ def venv_with(files: dict[str, bytes] | None = None, *install: str, append: dict
 def file_is(rel: str, data: bytes, *, runs: str | None = None):
     """after: the file holds exactly `data`; `runs`: python code whose output must be 'ok' in the venv."""
     def after(tmp: Path, r) -> str | None:
-        got = (tmp / rel.replace("{site}", SITE)).read_bytes()
+        p = tmp / rel.replace("{site}", SITE)
+        if not p.is_file():
+            return f"{rel} is gone, and the user's bytes in it with it"
+        got = p.read_bytes()
         if got != data:
             return f"{rel} holds {got!r}, expected {data!r}"
         if runs is not None:
