@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import IntegrityError, UserError
-from ..patchset.bases import Base, series_for
+from ..patchset.bases import Base, python_version, series_for
 from ..patchset.check import gate
 from ..patchset.fetch import cached_path, fetch, sha256_file
 from ..paths import write_atomic
@@ -139,7 +139,12 @@ def python_of(python_exe: str) -> str:
     if py.returncode != 0 or not py.stdout.strip():
         raise UserError(f"--python-exe {python_exe}: cannot run it to find its Python version (exit "
                         f"{py.returncode})")
-    return py.stdout.strip().splitlines()[-1]
+    got = py.stdout.strip().splitlines()[-1]
+    try:
+        python_version(got, f"--python-exe {python_exe}: its version")
+    except UserError:
+        raise UserError(f"--python-exe {python_exe}: not a CPython interpreter (it answered {got[:60]!r})") from None
+    return got
 
 
 def install(base: Base, dist: Path, *, python_exe: str = sys.executable, no_deps: bool = False,
