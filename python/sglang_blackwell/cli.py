@@ -3,12 +3,61 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
 from .errors import UserError
 from .paths import write_atomic
+
+DEBUG_ENV = "SGLANG_BLACKWELL_DEBUG"  # =1: an unexpected exception prints its traceback instead of a crash file
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug of ours, not the user's input
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (the flag and what is wrong with it), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def python_version_arg(text: str) -> str:
+    """type= of the --python flags that take a CPython MAJOR.MINOR."""
+    from .patchset.bases import python_version
+
+    try:
+        major, minor = python_version(text, "")
+    except UserError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPython MAJOR.MINOR, e.g. 3.12") from None
+    return f"{major}.{minor}"
+
+
+def positive_float_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return v
+
+
+NAME_MAX, PATH_MAX = 255, 4095  # Linux: bytes per path component, per path
+
+
+def path_arg(text: str) -> str:
+    """type= of arguments that name a file or directory: an empty string names nothing (and would mean '.'), and a
+    path the kernel refuses to look up (ENAMETOOLONG) is refused here, by name."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise argparse.ArgumentTypeError(f"{text[:40]}...: longer than a path can be ({NAME_MAX} bytes a component, "
+                                         f"{PATH_MAX} in all)")
+    return text
 
 
 def _progress(msg: str) -> None:
@@ -139,6 +188,8 @@ def cmd_bundle(a: argparse.Namespace) -> int:
               f"bash {first}/install.sh [--target SITE]")
     else:
         print(f"install: bash {first}/install.sh [--target SITE]")
+    print(f"on the target, --expect-id {m['bundle_id'][:16]} refuses any other bundle (install.sh recomputes the id "
+          "from the manifest; send the id by another channel than the bundle)")
     return 0
 
 
@@ -358,14 +409,15 @@ def cmd_qualify(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="sglang-blackwell", description=__doc__)
+    ap = Parser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("build", help="patched wheels + build manifest for a base")
     p.add_argument("--base", help="base line (default: the one base.toml marked default)")
-    p.add_argument("--out", default="dist", help="output directory (default: dist)")
-    p.add_argument("--python", help="only wheels for this CPython version, e.g. 3.12 (default: all pinned)")
+    p.add_argument("--out", default="dist", type=path_arg, help="output directory (default: dist)")
+    p.add_argument("--python", type=python_version_arg,
+                   help="only wheels for this CPython version, e.g. 3.12 (default: all pinned)")
     p.add_argument("--report", action="store_true", help="print the patch report afterwards")
     p.add_argument("--aot", metavar="ARCHS",
                    help="also prebuild FlashInfer's fused all-reduce modules into the flashinfer wheel's AOT slots "
@@ -396,21 +448,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checkout", help="upstream tree as a git repo with one commit per patch")
     p.add_argument("--base")
     p.add_argument("--package", required=True, help="sglang or flashinfer")
-    p.add_argument("dir")
+    p.add_argument("dir", type=path_arg)
     p.set_defaults(fn=cmd_checkout)
 
     p = sub.add_parser("export", help="write a checkout's commits back as the series")
-    p.add_argument("dir")
-    p.add_argument("--to", help="series directory (default: where the checkout came from)")
+    p.add_argument("dir", type=path_arg)
+    p.add_argument("--to", type=path_arg, help="series directory (default: where the checkout came from)")
     p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("install", help="pip install the patched stack (or --upstream to roll back)")
     p.add_argument("--base")
-    p.add_argument("--dist", default="dist")
-    p.add_argument("--python-exe", default=sys.executable, help="interpreter whose environment to install into")
+    p.add_argument("--dist", default="dist", type=path_arg)
+    p.add_argument("--python-exe", default=sys.executable, type=path_arg,
+                   help="interpreter whose environment to install into")
     p.add_argument("--upstream", action="store_true", help="reinstall the unpatched pinned wheels (rollback)")
     p.add_argument("--no-deps", action="store_true", help="only our wheels, no dependencies or runtime pins")
-    p.add_argument("--dry-run", action="store_true", help="print the pip command, change nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the pip commands, write and change nothing")
     p.set_defaults(fn=cmd_install)
 
     p = sub.add_parser("bundle", help="offline wheelhouse: patched wheels, kernel, missing deps, manifest, install.sh",
@@ -420,11 +473,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "modules, a manifest with the sha256 of every file and install.sh, which verifies it "
                        "before installing. See benchmark/lab/README.md.")
     p.add_argument("--base")
-    p.add_argument("--python", help="target CPython MAJOR.MINOR (default: this interpreter's)")
-    p.add_argument("--out", default="bundle", help="bundle directory, replaced as a whole (default: bundle)")
+    p.add_argument("--python", type=python_version_arg, help="target CPython MAJOR.MINOR (default: this "
+                   "interpreter's)")
+    p.add_argument("--out", default="bundle", type=path_arg,
+                   help="bundle directory, replaced as a whole (default: bundle)")
     p.add_argument("--strip", help="kernel wheel parts to remove, e.g. fa3,sm100,flashmla (kernel_parts.toml)")
-    p.add_argument("--installed", help="the target's `pip list --format=freeze`: carry only what it lacks")
-    p.add_argument("--deps", help="pinned dependency list (name==version lines), e.g. "
+    p.add_argument("--installed", type=path_arg,
+                   help="the target's `pip list --format=freeze`: carry only what it lacks")
+    p.add_argument("--deps", type=path_arg, help="pinned dependency list (name==version lines), e.g. "
                    "benchmark/lab/bundle-deps-0.5.14-py312.txt; without it (and with --installed) the "
                    "dependencies are resolved automatically from Requires-Dist")
     p.add_argument("--exclude", help="distributions never carried, comma-separated")
@@ -434,8 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "build them with")
     p.add_argument("--jit-cache", help="import prebuilt modules from DIR/<name>/<name>.so (SASS checked, sources "
                    "unchecked: marked imported)")
-    p.add_argument("--chunk-mib", type=float, help="split into chunk directories c1, c2, ... of at most N MiB")
-    p.add_argument("--kernel-wheel", help="use this kernel wheel file instead of fetching the base's pin")
+    p.add_argument("--chunk-mib", type=positive_float_arg,
+                   help="split into chunk directories c1, c2, ... of at most N MiB")
+    p.add_argument("--kernel-wheel", type=path_arg,
+                   help="use this kernel wheel file instead of fetching the base's pin")
     p.add_argument("--no-kernel", action="store_true", help="carry no kernel wheel")
     p.add_argument("--index-url", help="package index for dependency downloads (pip --index-url)")
     p.add_argument("--find-links", action="append", help="pip --find-links for dependency downloads (repeatable)")
@@ -449,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--base")
     g.add_argument("--all", action="store_true", help="every base")
-    p.add_argument("--python", help="one CPython MAJOR.MINOR (default: every Python the base's wheels support)")
+    p.add_argument("--python", type=python_version_arg,
+                   help="one CPython MAJOR.MINOR (default: every Python the base's wheels support)")
     p.add_argument("--python-exe", help="with --python: the interpreter pip resolves in (default: pythonX.Y on PATH)")
     p.add_argument("--index-url", default="https://pypi.org/simple",
                    help="the index to resolve against (default: PyPI); this machine's pip configuration is ignored")
@@ -457,9 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_lock)
 
     p = sub.add_parser("index", help="PEP 503 simple index of the built wheels")
-    p.add_argument("dir")
-    p.add_argument("--dist", action="append", help="directory of wheels (default: dist); repeat for several, "
-                                                  "in order of precedence")
+    p.add_argument("dir", type=path_arg)
+    p.add_argument("--dist", action="append", type=path_arg,
+                   help="directory of wheels (default: dist); repeat for several, in order of precedence")
     p.add_argument("--recursive", action="store_true", help="also wheels in subdirectories of --dist")
     p.add_argument("--keep-first", action="store_true",
                    help="same file name, other bytes: publish the first one listed instead of failing")
@@ -475,13 +534,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "system sitecustomize shadows it); uninstall: restore the files byte for byte")
     p.add_argument("action", choices=["show", "install", "uninstall"])
     p.add_argument("--profile", help="profile name or 'auto' (install default: auto, resolved and recorded)")
-    p.add_argument("--python", help="interpreter of the target environment (default: this one)")
+    p.add_argument("--python", type=path_arg, help="interpreter of the target environment (default: this one)")
     p.add_argument("--hook", default="auto", choices=["auto", "sitecustomize", "pth"],
                    help="install: where the block goes (default: sitecustomize unless shadowed, then pth)")
     p.add_argument("--format", default="text", choices=["text", "json", "nccl-conf"],
                    help="show: output format; nccl-conf prints the profile as an NCCL_CONF_FILE")
-    p.add_argument("--profiles", help="profiles file (default: the packaged nccl_profiles.toml)")
-    p.add_argument("--nccl-conf", metavar="PATH",
+    p.add_argument("--profiles", type=path_arg, help="profiles file (default: the packaged nccl_profiles.toml)")
+    p.add_argument("--nccl-conf", metavar="PATH", type=path_arg,
                    help="install: also write the profile into this NCCL config file as a managed block, for NCCL "
                         "programs not started by Python (NCCL reads it where NCCL_CONF_FILE names it; default: "
                         "the file an earlier install wrote); uninstall: remove the block from this file (default: "
@@ -569,6 +628,59 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"sglang-blackwell {a.cmd}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # the last resort: every known bad input is a UserError where it happens
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        return unexpected(a.cmd, e, sys.argv if argv is None else ["sglang-blackwell", *argv])
+
+
+def unexpected(cmd: str, e: BaseException, argv: list[str]) -> int:
+    """An exception no code path turned into a UserError: one line that names what was at fault (the file, for a
+    filesystem error) and where it was raised, and the full report for a bug report in a file. A filesystem error
+    naming its file is the user's machine (exit 2); anything else is a bug of ours (exit 70)."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    at = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
+    report = _crash_report(cmd, e, argv)
+    if isinstance(e, OSError) and e.filename:
+        what = f"{e.filename}: {e.strerror or e}"
+        if e.filename2:
+            what += f" ({e.filename2})"
+        print(f"sglang-blackwell {cmd}: error: {what} (unexpected {type(e).__name__} at {at}; details: {report})",
+              file=sys.stderr)
+        return 2
+    print(f"sglang-blackwell {cmd}: internal error: {type(e).__name__}: {_one_line(e)} (unexpected "
+          f"{type(e).__name__} at {at}); this is a bug of "
+          f"sglang-blackwell {__version__}: please report it with {report}"
+          + (f" ({DEBUG_ENV}=1 prints the traceback)" if report.startswith("/") else ""), file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _crash_report(cmd: str, e: BaseException, argv: list[str]) -> str:
+    """Write what a bug report needs (version, command line, Python, platform, traceback) to a file of its own;
+    its path, or where it could not be written."""
+    import platform
+    import tempfile
+    import time
+    import traceback
+
+    text = (f"sglang-blackwell {__version__} crash report\ncommand: {' '.join(argv)}\n"
+            f"python: {sys.version.split()[0]} ({sys.executable})\nplatform: {platform.platform()}\n"
+            f"time: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n\n"
+            + "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"sglang-blackwell-{cmd}-crash-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    except OSError as err:
+        return f"no report file ({err.strerror}): rerun with {DEBUG_ENV}=1 for the traceback"
+    return path
 
 
 if __name__ == "__main__":

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from .errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -38,6 +42,40 @@ def cache_dir() -> Path:
     return (base / "sglang-blackwell").resolve()
 
 
+def os_reason(e: OSError) -> str:
+    """An OSError as the words a user reads ("No such file or directory", "Is a directory", ...)."""
+    return e.strerror or str(e)
+
+
+def read_bytes(path: Path, what: str = "") -> bytes:
+    """The file's bytes, or a UserError naming it (`what` first, e.g. "--deps"): missing, a directory, unreadable."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise UserError(f"{what + ' ' if what else ''}{path}: cannot read it: {os_reason(e)}") from None
+
+
+def read_text(path: Path, what: str = "") -> str:
+    """The file as UTF-8 text, or a UserError naming it (as read_bytes, and where it is not UTF-8: the byte)."""
+    data = read_bytes(path, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise UserError(f"{what + ' ' if what else ''}{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} "
+                        f"at offset {e.start})") from None
+
+
+def read_json(path: Path, what: str = "") -> Any:
+    """A JSON file's data, or a UserError naming it (unreadable, not UTF-8, not JSON: line and column)."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        where = f":{e.lineno}:{e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise UserError(f"{what + ' ' if what else ''}{path}{where}: not valid JSON "
+                        f"({e.msg if isinstance(e, json.JSONDecodeError) else e})") from None
+
 
 def _umask() -> int:
     m = os.umask(0)
@@ -49,9 +87,14 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     """Write `data` to `path` through a private temporary sibling and a rename: a reader sees the old file or the
     whole new one, never half of it, and a failure leaves no temporary file behind. The file keeps its mode
     (a new one gets the umask's)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a file; nothing was written")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({os_reason(e)}); nothing was written") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -59,6 +102,8 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({os_reason(e)}); nothing was written") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

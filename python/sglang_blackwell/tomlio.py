@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 if sys.version_info >= (3, 11):
@@ -12,6 +13,18 @@ else:  # pragma: no cover - Python 3.10
 
 TOMLDecodeError = tomllib.TOMLDecodeError
 loads = tomllib.loads
+
+
+def load_file(path: Path, what: str = "") -> dict[str, Any]:
+    """A TOML file's data, or a UserError naming the file: unreadable, not UTF-8, not TOML (with tomllib's line)."""
+    from .errors import UserError
+    from .paths import read_text
+
+    text = read_text(path, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{what + ' ' if what else ''}{path}: not valid TOML: {e}") from None
 
 
 def _toml_key(k: str) -> str:

@@ -177,6 +177,16 @@ def pip_sees_only(monkeypatch, index_url: str | None) -> None:
         monkeypatch.setenv("PIP_INDEX_URL", index_url)
 
 
+def relock(base_dir: Path) -> None:
+    """Record the base's current inputs under its label, whatever was recorded before (what a maintainer does
+    with a label bump and `label lock`; build refuses a label recorded with other inputs)."""
+    from sglang_blackwell.patchset.bases import load_base
+    from sglang_blackwell.patchset.labellock import write_lock
+
+    (base_dir / "LABEL.lock").unlink(missing_ok=True)
+    write_lock(load_base(base_dir))
+
+
 @pytest.fixture
 def tiny_base(tmp_path, server, monkeypatch):
     """patches/<base> with one patched package (layout sglang) whose wheel is served over HTTP."""

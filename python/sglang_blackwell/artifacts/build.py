@@ -13,8 +13,10 @@ from pathlib import Path
 from .. import __version__, procs
 from ..errors import UserError
 from ..patchset.bases import Base, series_for
+from ..patchset.check import gate
 from ..patchset.fetch import fetch
 from ..patchset.layouts import get_layout
+from ..paths import os_reason, read_json
 from .aot import AotRequest, add_aot_modules
 from .wheel import build_patched_wheel
 
@@ -34,9 +36,48 @@ def manifest_path(out_dir: Path, base: Base) -> Path:
     return out_dir / f"manifest-{base.name}.json"
 
 
+def read_manifest(out_dir: Path, base: Base) -> dict | None:
+    """The build manifest of `base` in out_dir (None: there is none), its shape checked: a file that is no
+    manifest of ours is an error naming it, never a traceback halfway through an install."""
+    path = manifest_path(out_dir, base)
+    if not path.exists() and not path.is_symlink():
+        return None
+    m = read_json(path)
+
+    def bad(what: str) -> UserError:
+        return UserError(f"{path}: not a build manifest of sglang-blackwell ({what}); rebuild it with "
+                         f"`sglang-blackwell build --base {base.name} --out {out_dir}`")
+
+    if not isinstance(m, dict):
+        raise bad("not a JSON object")
+    if m.get("schema") != MANIFEST_SCHEMA:
+        raise bad(f"schema {m.get('schema')!r}, expected {MANIFEST_SCHEMA!r}")
+    for key in ("base", "local_label"):
+        if not isinstance(m.get(key), str):
+            raise bad(f"{key!r} is not a string")
+    if not isinstance(m.get("packages"), list):
+        raise bad("'packages' is not a list")
+    for i, pkg in enumerate(m["packages"]):
+        where = f"packages[{i}]"
+        if not isinstance(pkg, dict) or not all(isinstance(pkg.get(k), str) for k in
+                                                ("package", "local_version", "series_sha256")):
+            raise bad(f"{where} lacks package / local_version / series_sha256")
+        if not isinstance(pkg.get("wheels"), list):
+            raise bad(f"{where}.wheels is not a list")
+        for j, w in enumerate(pkg["wheels"]):
+            up, out = (w.get("upstream"), w.get("output")) if isinstance(w, dict) else (None, None)
+            if not (isinstance(up, dict) and isinstance(out, dict) and isinstance(up.get("filename"), str)
+                    and isinstance(up.get("sha256"), str) and isinstance(out.get("filename"), str)
+                    and isinstance(out.get("sha256"), str) and isinstance(out.get("size"), int)):
+                raise bad(f"{where}.wheels[{j}] lacks upstream filename/sha256 or output filename/sha256/size")
+            if "/" in out["filename"] or not out["filename"].endswith(".whl"):
+                raise bad(f"{where}.wheels[{j}].output.filename {out['filename']!r} is not a wheel file name")
+    return m
+
+
 def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path | None = None,
-          progress: Callable[[str], None] | None = None,
-          aot: AotRequest | None = None) -> tuple[list[BuiltWheel], Path]:
+          progress: Callable[[str], None] | None = None, aot: AotRequest | None = None,
+          out_flag: str = "--out", python_flag: str = "--python") -> tuple[list[BuiltWheel], Path]:
     """Build every patched wheel of `base` (optionally only those for CPython `python`) into out_dir.
 
     aot: also compile FlashInfer modules into the flashinfer wheel's AOT slots (aot.py; minutes, cached).
@@ -46,11 +87,19 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
     say = progress or (lambda s: None)
     if aot is not None and not any(p.package == "flashinfer" for p in base.patched):
         raise UserError(f"--aot: base {base.name} does not patch flashinfer: there is no wheel to put modules in")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    gate(base)  # a series `check` refuses (DEP-3 headers, patch paths, the label lock) is never built
+    wanted = planned_files(base, python, python_flag)
+    created = _make_out_dir(out_dir, out_flag)
     _remove_stale_tmp(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".sglang-blackwell-tmp-{os.getpid()}-", dir=out_dir))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".sglang-blackwell-tmp-{os.getpid()}-", dir=out_dir))
+    except OSError as e:
+        if created:
+            _remove_created(out_dir, created)
+        raise UserError(f"{out_flag} {out_dir}: cannot write there ({os_reason(e)}); nothing was built") from None
     built: list[BuiltWheel] = []
     pkgs = []
+    done = False
     try:
         for pkg in base.patched:
             series = series_for(base, pkg.package)
@@ -64,7 +113,7 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
                 "patches": [{"name": p.name, "logical_id": p.logical_id, "sha256": p.sha256,
                              "upstream_status": p.upstream_status, "subject": p.subject} for p in series.patches],
             }
-            arts = pkg.files_for(python)
+            arts = wanted[pkg.package]
             wheels = []
             for art in arts:
                 src = fetch(art, cache, progress=say)
@@ -101,9 +150,56 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
         (tmp / manifest_path(out_dir, base).name).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         for f in sorted(tmp.iterdir()):
             os.replace(f, out_dir / f.name)
+        done = True
         return built, manifest_path(out_dir, base)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created and not done:
+            _remove_created(out_dir, created)  # it did not exist before: a failed build leaves no trace
+
+
+def planned_files(base: Base, python: str | None, python_flag: str = "--python") -> dict[str, list]:
+    """package -> the upstream files a build for `python` (None: every pinned Python) patches; an error naming
+    the flag when a package has none for it (a build never ends with fewer wheels than packages)."""
+    out = {}
+    for pkg in base.patched:
+        arts = pkg.files_for(python)
+        if not arts:
+            pins = sorted({t for a in pkg.files_for(None) for t in a.python_tags})
+            raise UserError(f"{python_flag} {python}: base {base.name} pins no {pkg.distribution} wheel for "
+                            f"Python {python} (pinned: {', '.join(pins) or 'no x86_64 wheel'}); nothing was built")
+        out[pkg.package] = arts
+    return out
+
+
+def _make_out_dir(out_dir: Path, flag: str) -> Path | None:
+    """Create the output directory (and missing parents); the topmost directory created here, for the cleanup of
+    a failed build (None: it existed). A path through a file is an error naming it."""
+    if out_dir.is_dir():
+        return None
+    blocker = next((p for p in [out_dir, *out_dir.parents] if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UserError(f"{flag} {out_dir}: {blocker} is a file, not a directory; nothing was built")
+    top = out_dir
+    while not top.parent.exists():
+        top = top.parent
+    try:
+        out_dir.mkdir(parents=True)
+    except OSError as e:
+        raise UserError(f"{flag} {out_dir}: cannot create it ({os_reason(e)}); nothing was built") from None
+    return top
+
+
+def _remove_created(out_dir: Path, top: Path) -> None:
+    d = out_dir
+    while True:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        if d == top:
+            return
+        d = d.parent
 
 
 def _remove_stale_tmp(out_dir: Path) -> None:

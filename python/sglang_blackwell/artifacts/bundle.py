@@ -18,7 +18,6 @@ leaves nothing half-written. The same inputs give the same bytes (no timestamps;
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,16 +26,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from .. import __version__, procs
 from ..errors import IntegrityError, UserError
 from ..patchset.bases import Artifact, Base, series_for
+from ..patchset.check import gate
 from ..patchset.fetch import fetch, sha256_file
-from ..paths import cache_dir
-from ..tomlio import tomllib
+from ..paths import cache_dir, os_reason
+from ..tomlio import load_file
 from .aot import DEFAULT_MODULES, AotModule, aot_modules
-from .build import build
+from .build import build, planned_files
+from .bundle_installer import content_id
 from .deps import (
     Downloader,
     Installed,
@@ -197,11 +198,7 @@ def load_launch_deps(base: Base, path: Path | None = None) -> dict[str, str] | N
     path = path or base.dir / LAUNCH_DEPS_FILE
     if not path.exists():
         return None
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise UserError(f"{path}: cannot read the launch-path dependencies: {e}") from None
-    deps = data.get("launch_deps")
+    deps = load_file(path, "the launch-path dependencies").get("launch_deps")
     if not isinstance(deps, dict) or not all(isinstance(v, str) and v for v in deps.values()):
         raise UserError(f"{path}: [launch_deps] must map distribution names to what a launch needs them for")
     return {canonicalize_name(k): v for k, v in deps.items()}
@@ -275,12 +272,6 @@ def assign_chunks(entries: list[tuple[dict, Path]], chunk_mib: float | None) -> 
     return [f"c{i + 1}" for i in range(len(bins))]
 
 
-def bundle_id(files: list[dict], base: str, python: str) -> str:
-    blob = json.dumps({"base": base, "python": python,
-                       "files": sorted((f["path"], f["sha256"], f["size"], f["chunk"]) for f in files)})
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | None = None,
                 progress: Progress | None = None) -> BundleResult:
     say = progress or (lambda s: None)
@@ -294,7 +285,35 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
         raise UserError("--strip needs a kernel wheel to strip (not with --no-kernel)")
     if not (opts.no_kernel or opts.kernel_wheel):
         kernel_artifact(base, opts.python)  # fail before any work when the kernel cannot be verified
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if opts.kernel_wheel and not opts.kernel_wheel.is_file():
+        raise UserError(f"--kernel-wheel {opts.kernel_wheel}: no such file")
+    if opts.kernel_wheel:
+        try:
+            parse_wheel_filename(opts.kernel_wheel.name)
+        except InvalidWheelFilename as e:
+            raise UserError(f"--kernel-wheel {opts.kernel_wheel}: not a wheel file name ({e})") from None
+    if opts.jit_archs and not (opts.jit_python or opts.jit_cache):
+        raise UserError("--jit-archs: no --jit-python to build the modules with (a venv with the target's "
+                        "torch, apache-tvm-ffi, ninja and numpy: see benchmark/lab/README.md) nor "
+                        "--jit-cache DIR holding <name>/<name>.so")
+    if opts.jit_archs and not any(p.package == "flashinfer" for p in base.patched):
+        raise UserError(f"--jit-archs: base {base.name} has no patched flashinfer wheel")
+    # every input file is read (and refused) before anything is built or written
+    if opts.installed:
+        read_installed(opts.installed)
+    if opts.deps:
+        read_pins(opts.deps)
+    if opts.deps or opts.installed:
+        load_lock(base, opts.python)
+    gate(base)
+    planned_files(base, opts.python)
+    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UserError(f"--out {out}: {blocker} is a file, not a directory; nothing was written")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create {out.parent} ({os_reason(e)}); nothing was written") from None
     _remove_stale(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.bundle-tmp-{os.getpid()}-", dir=out.parent))
     try:
@@ -338,14 +357,14 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
         chunks = assign_chunks(entries, opts.chunk_mib)
         files = sorted((e for e, _ in entries), key=lambda e: (e["chunk"], e["kind"] != "patched", e["path"]))
         manifest = {
-            "schema": SCHEMA, "tool": f"sglang-blackwell {__version__}", "bundle_id": bundle_id(files, base.name,
-                                                                                                opts.python),
+            "schema": SCHEMA, "tool": f"sglang-blackwell {__version__}",
             "base": base.name, "local_label": base.local_label, "cuda": base.cuda, "python": opts.python,
             "python_tag": python_tag, "platform": target.platforms[0],
             "chunks": chunks, "dependencies": deps_info,
             "jit": {"archs": list(opts.jit_archs), "modules": [m.name for m in aot]},
             "files": files,
         }
+        manifest["bundle_id"] = content_id(manifest)  # install.sh recomputes it (bundle_installer.py)
         src_of = {e["path"]: src for e, src in entries}
         dirs = [(c, tmp / c) for c in chunks] or [("", tmp)]
         sizes = []

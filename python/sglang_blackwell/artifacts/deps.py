@@ -36,7 +36,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ..errors import IntegrityError, UserError
-from ..patchset.fetch import pip_base_command, sha256_file
+from ..patchset.fetch import pip_base_command, sha256_file, sweep_partials
+from ..paths import read_text
 
 Progress = Callable[[str], None]
 NEVER_DOWNLOADED = frozenset({"torch"})  # the bundle installs on top of an existing torch
@@ -106,10 +107,7 @@ class Installed:
 
 def read_installed(path: Path) -> dict[str, Installed]:
     """`pip list --format=freeze`, `pip freeze` or plain `pip list` output of the target machine."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise UserError(f"--installed {path}: {e.strerror or e}") from None
+    lines = read_text(path, "--installed").splitlines()
     out: dict[str, Installed] = {}
     for i, raw in enumerate(lines, 1):
         line = raw.split(" #", 1)[0].strip()
@@ -155,10 +153,7 @@ class Pin:
 
 def read_pins(path: Path) -> list[Pin]:
     """A deps file: one `name==version` per line; `#` comments and blank lines allowed."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise UserError(f"--deps {path}: {e.strerror or e}") from None
+    lines = read_text(path, "--deps").splitlines()
     pins: dict[str, Pin] = {}
     for i, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
@@ -363,9 +358,10 @@ class Downloader:
         specs = [f"{w.name}=={w.version}" for w in wants]
         if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
             raise UserError(f"not in the wheelhouse {self.house} and SGLANG_BLACKWELL_OFFLINE=1: {', '.join(specs)}")
+        sweep_partials(self.house)  # what killed downloads left (fetch.py names them with the pid)
         partial = self.house / ".partial"
         partial.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=partial))
+        tmp = Path(tempfile.mkdtemp(prefix=f"deps.{os.getpid()}.", dir=partial))
         try:
             req = tmp / "locked.txt"
             req.write_text("".join(f"{s} --hash=sha256:{w.sha256}\n" for s, w in zip(specs, wants, strict=True)))

@@ -12,7 +12,7 @@ import html
 import shutil
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from ..errors import UserError
 from ..paths import write_atomic
@@ -26,8 +26,19 @@ def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = No
     release index lists the oldest release first, so a published file never changes under its name)."""
     if not wheels:
         raise UserError("no wheels to index (run `sglang-blackwell build` first)")
-    if url_template is not None and "{file}" not in url_template:
-        raise UserError(f"--url-template {url_template!r} must contain {{file}}")
+    if url_template is not None:
+        check_template(url_template)
+    for w in wheels:
+        try:
+            parse_wheel_filename(w.name)
+        except InvalidWheelFilename as e:
+            raise UserError(f"{w}: not a wheel file name ({e}); nothing was indexed") from None
+    for d in (dest, dest / "files", dest if simple_at_root else dest / "simple"):
+        if d.exists() and not d.is_dir():
+            raise UserError(f"{d}: exists and is not a directory; nothing was indexed")
+    blocker = next((p for p in dest.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UserError(f"{dest}: {blocker} is a file, not a directory; nothing was indexed")
     seen: dict[str, Path] = {}
     for w in wheels:
         if w.name in seen:
@@ -66,6 +77,25 @@ def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = No
     root_links = "\n".join(f'    <a href="{p}/">{p}</a><br/>' for p in sorted(_all_projects(simple)))
     _write(simple / "index.html", f"<!DOCTYPE html>\n<html>\n  <body>\n{root_links}\n  </body>\n</html>\n")
     return simple
+
+
+TEMPLATE_FIELDS = ("file", "dir")
+
+
+def check_template(url_template: str) -> None:
+    """--url-template: {file} and {dir} are its only placeholders, {file} is one of them."""
+    import string
+
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(url_template) if f is not None]
+    except ValueError as e:
+        raise UserError(f"--url-template {url_template!r}: {e} (write {{{{ and }}}} for literal braces)") from None
+    bad = [f for f in fields if f not in TEMPLATE_FIELDS]
+    if bad:
+        raise UserError(f"--url-template {url_template!r}: unknown placeholder(s) "
+                        f"{', '.join('{' + f + '}' for f in bad)} (known: {{file}}, {{dir}})")
+    if "file" not in fields:
+        raise UserError(f"--url-template {url_template!r} must contain {{file}}")
 
 
 def _all_projects(simple: Path) -> list[str]:

@@ -70,8 +70,8 @@ from packaging.version import Version
 from ..errors import UserError
 from ..patchset.bases import Base, RuntimeArtifact
 from ..patchset.fetch import pip_base_command
-from ..paths import write_atomic
-from ..tomlio import tomllib
+from ..paths import read_text, write_atomic
+from ..tomlio import load_file
 from .deps import Hashed, Pin, Target, WheelInfo, collect_needs
 from .wheel import Entry, make_record
 
@@ -213,10 +213,7 @@ def load_recipe(base: Base) -> Recipe:
     path = base.dir / "locks" / RECIPE
     if not path.exists():
         return Recipe(None, {}, {}, {})
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = load_file(path)
     unknown = sorted(set(data) - {"constraints", "not_lockable", "unsupported"})
     if unknown:
         raise UserError(f"{path}: unknown table(s) {unknown} (known: constraints, not_lockable, unsupported)")
@@ -245,10 +242,7 @@ def constraint_pins(files: list[Path]) -> dict[str, tuple[str, Path, int]]:
     """name -> (exact version, file, line) of every `name==version` line of the constraint files."""
     out: dict[str, tuple[str, Path, int]] = {}
     for f in files:
-        try:
-            lines = f.read_text().splitlines()
-        except OSError as e:
-            raise UserError(f"constraint file {f}: {e.strerror or e}") from None
+        lines = read_text(f, "constraint file").splitlines()
         for i, raw in enumerate(lines, 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
@@ -324,10 +318,9 @@ def render(lock: Lock, command: str) -> str:
 
 
 def read_lock(path: Path) -> Lock:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such lock") from None
+    if not path.exists() and not path.is_symlink():
+        raise UserError(f"{path}: no such lock")
+    text = read_text(path)
     head: dict[str, list[str]] = {}
     entries = []
     pending: list[str] = []
@@ -468,12 +461,17 @@ def find_interpreter(python: str, python_exe: str | None) -> tuple[str, str]:
     if not cand:
         raise UserError(f"--python {python}: no python{python} on PATH to resolve with (pip evaluates environment "
                         "markers with the interpreter it runs in): pass --python-exe PATH")
-    r = subprocess.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
-                                    "platform.python_implementation(), platform.python_version())"],
-                       capture_output=True, text=True)
+    try:
+        r = subprocess.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
+                                        "platform.python_implementation(), platform.python_version())"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise UserError(f"--python-exe {cand}: cannot run it ({why})") from None
     parts = r.stdout.split()
     if r.returncode != 0 or len(parts) != 3:
-        raise UserError(f"--python-exe {cand}: cannot run it ({(r.stderr or r.stdout).strip()[-200:]})")
+        tail = " | ".join(ln.strip() for ln in (r.stderr or r.stdout).strip().splitlines() if ln.strip())
+        raise UserError(f"--python-exe {cand}: cannot run it (exit {r.returncode}: {tail[-300:]})")
     if parts[0] != python or parts[1] != "CPython":
         raise UserError(f"--python-exe {cand}: is {parts[1]} {parts[2]}, not CPython {python}")
     return cand, parts[2]

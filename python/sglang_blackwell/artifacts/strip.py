@@ -22,7 +22,7 @@ from packaging.utils import parse_wheel_filename
 
 from ..errors import UserError
 from ..patchset.fetch import sha256_file
-from ..tomlio import tomllib
+from ..tomlio import load_file
 from .wheel import Entry, finish_wheel, patched_wheel_filename, relabel, rewrite_metadata
 
 PARTS_FILE = Path(__file__).with_name("kernel_parts.toml")
@@ -58,10 +58,7 @@ class StrippedWheel:
 
 
 def load_parts(path: Path = PARTS_FILE) -> dict[str, KernelPart]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise UserError(f"{path}: cannot read the kernel parts: {e}") from None
+    data = load_file(path, "the kernel parts file")
     parts = {}
     for name, d in data.get("parts", {}).items():
         if not isinstance(d.get("paths"), list) or not d["paths"]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UserError
-from ..tomlio import tomllib
+from ..tomlio import load_file
 from . import nccl_conf as conf
 from .topology import CLASSES, Topology
 
@@ -72,12 +72,7 @@ def _bad(path: Path, msg: str) -> UserError:
 def load_profiles(path: Path | str | None = None) -> dict[str, Profile]:
     """Profiles by name, in file order. Malformed data raises UserError naming the file, profile and key."""
     path = Path(path) if path else PROFILES_FILE
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise _bad(path, f"cannot read profiles: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise _bad(path, f"not valid TOML: {e}") from None
+    data = load_file(path, "profiles file")
     unknown_top = sorted(set(data) - {"profiles"})
     if unknown_top:
         raise _bad(path, f"unknown top-level key(s) {unknown_top} (only [profiles.<name>] tables)")

@@ -12,9 +12,14 @@ Where it goes (found by running the target interpreter, never by guessing):
                  applies the profile only while NCCL would read that file (NCCL_CONF_FILE unset or naming it),
                  and its kill switch also points NCCL_CONF_FILE at /dev/null.
 The block only touches os.environ (os is already imported at that point): no torch, NVML or CUDA.
-Every file that holds a block (sitecustomize.py, an NCCL config file) is edited by one path: put_block /
-strip_block, under an exclusive lock on its directory, through a temp file + os.replace; the user's bytes
-around the block are kept as they are.
+Every file that holds a block (sitecustomize.py, the pth hook's module and .pth file, an NCCL config file) is
+edited by one path: put_block / strip_block, under an exclusive lock on its directory, through a temp file +
+os.replace; the user's bytes around the block are kept as they are, and uninstall removes exactly what install
+added (the newline it put before the block stays only where the user's own lines follow it, so they still run).
+Before a byte is written: a symlinked file is written through (the link stays), a dangling one, a read-only
+file, a directory where the file should be, and a Python file Python cannot compile are refused; an install
+whose fresh interpreter does not get the profile puts every file back as it was (a Journal of what was
+written), so a failed install leaves nothing.
 """
 
 from __future__ import annotations
@@ -101,6 +106,7 @@ class Target:
     sitecustomize: str | None  # the file `import sitecustomize` resolves to at startup
     environ: dict[str, str]  # NCCL_* / SGLANG_BLACKWELL_* of a fresh interpreter (its managed block ran)
     nccl: tuple[str, str] | None = None  # (distribution, version) of its NCCL wheel
+    startup_errors: tuple[str, ...] = ()  # what its startup printed about a failing sitecustomize or .pth file
 
     @property
     def conf_rules(self) -> conf.Rules:
@@ -147,7 +153,7 @@ def probe(python: str | None = None, environ: dict[str, str] | None = None) -> T
     """Run the target interpreter (default: this one) and ask it."""
     exe = python or sys.executable
     try:
-        r = subprocess.run([exe, "-c", PROBE], capture_output=True, text=True, timeout=120,
+        r = subprocess.run([exe, "-B", "-c", PROBE], capture_output=True, text=True, timeout=120,
                            env=dict(os.environ if environ is None else environ))
     except FileNotFoundError:
         raise UserError(f"--python {exe}: no such interpreter") from None
@@ -163,10 +169,23 @@ def probe(python: str | None = None, environ: dict[str, str] | None = None) -> T
     d = json.loads(line[len("SGLB-PROBE "):])
     if d["no_site"]:
         raise UserError(f"--python {exe}: runs without the site module (-S), so no startup hook can apply")
+    errors = _startup_errors(r.stderr)
     return Target(python=exe, executable=d["executable"], version=d["version"], prefix=d["prefix"],
                   purelib=Path(d["purelib"]), purelib_on_path=d["purelib_on_path"],
                   sitecustomize=d["sitecustomize"], environ=d["environ"],
-                  nccl=tuple(d["nccl"]) if d.get("nccl") else None)
+                  nccl=tuple(d["nccl"]) if d.get("nccl") else None, startup_errors=errors)
+
+
+def _startup_errors(stderr: str) -> tuple[str, ...]:
+    """site's reports of a sitecustomize or .pth line that raised (it goes on starting), one line each."""
+    lines = stderr.splitlines()
+    out = []
+    for i, ln in enumerate(lines):
+        if ln.startswith(("Error in sitecustomize", "Error processing line")):
+            last = next((x.strip() for x in lines[i + 1:i + 40] if x and not x.startswith((" ", "Traceback"))),
+                        "")
+            out.append(f"{ln.strip()} {last}".strip())
+    return tuple(out)
 
 
 # ---- the block ------------------------------------------------------------------------------------------
@@ -268,10 +287,14 @@ def find_block(data: bytes, where: str) -> Block | None:
 
 
 def without_block(data: bytes, block: Block) -> bytes:
-    start = block.start
-    if block.meta.get("joined_newline") and start > 0 and data[start - 1:start] == b"\n":
+    """data without the block: exactly the bytes install added. The newline install put before the block (the
+    file did not end with one: joined_newline) goes too, unless the user's own bytes follow the block and need it
+    to stay on a line of their own (`A = 1` + our block + `B = 2` must not become `A = 1B = 2`)."""
+    start, rest = block.start, data[block.end:]
+    if block.meta.get("joined_newline") and start > 0 and data[start - 1:start] == b"\n" \
+            and (not rest or rest.startswith((b"\n", b"\r\n"))):
         start -= 1
-    return data[:start] + data[block.end:]
+    return data[:start] + rest
 
 
 def with_block(data: bytes | None, block_bytes_for, where: str) -> bytes:
@@ -330,24 +353,128 @@ def _check_writable(directory: Path, hint: str = "Run as the environment's owner
     os.unlink(tmp)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def real_file(path: Path) -> Path:
+    """The file an edit of `path` changes: itself, or the file its symlink (chain) names: written through, so
+    the link stays a link. A dangling link or a loop is an error: there is nothing to write through to."""
+    if not path.is_symlink():
+        return path
+    real = Path(os.path.realpath(path))
+    if not real.exists():
+        raise UserError(f"{path}: a symlink to {real}, which does not exist (or a symlink loop); nothing was "
+                        "changed (point the link at a file, or remove it)")
+    return real
+
+
+def editable(path: Path) -> Path:
+    """real_file(path), checked before anything is written: a regular file (or none yet) we may change."""
+    real = real_file(path)
+    if real.exists() or real.is_symlink():
+        if not real.is_file():
+            raise UserError(f"{path}: is not a regular file (a directory?); nothing was changed")
+        st = real.stat()
+        if not st.st_mode & 0o222 or not os.access(real, os.W_OK):
+            mode = oct(st.st_mode & 0o777)[2:]
+            raise UserError(f"{path}{' -> ' + str(real) if real != path else ''}: is read-only (mode {mode}); "
+                            "nothing was changed (make it writable, e.g. chmod u+w, to let sglang-blackwell edit it)")
+    if real.parent != path.parent:
+        _check_writable(real.parent, "Run as the owner of that directory")
+    return real
+
+
+_COMPILE = r"""
+import json, sys
+try:
+    compile(sys.stdin.buffer.read(), "<file>", "exec", dont_inherit=True)
+    print(json.dumps(None))
+except SyntaxError as e:
+    print(json.dumps("a syntax error at line %s: %s" % (e.lineno, e.msg)))
+except ValueError as e:
+    print(json.dumps("not Python source: %s" % e))
+"""
+
+
+def python_problem(data: bytes, python: str | None = None) -> str | None:
+    """Why Python cannot run this source (None: it compiles), as the interpreter `python` (default: this one)
+    compiles it: the target environment's Python may know syntax this one does not. Honours a coding cookie, as
+    the import does."""
+    if python and os.path.realpath(python) != os.path.realpath(sys.executable):
+        try:
+            r = subprocess.run([python, "-B", "-c", _COMPILE], input=data, capture_output=True, timeout=120)
+            return json.loads(r.stdout.decode().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
+            raise UserError(f"--python {python}: cannot ask it to compile a file ({e})") from None
+    try:
+        compile(data, "<file>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return f"a syntax error at line {e.lineno}: {e.msg}"
+    except ValueError as e:  # null bytes (Python < 3.12)
+        return f"not Python source: {e}"
+    return None
+
+
+class Journal:
+    """The bytes (or absence) of every file before this install changed it, to put them back on failure."""
+
+    def __init__(self) -> None:
+        self.saved: dict[Path, tuple[bytes | None, int | None]] = {}
+
+    def save(self, path: Path) -> None:
+        real = real_file(path)
+        if real in self.saved:
+            return
+        data = _read(real)
+        self.saved[real] = (data, real.stat().st_mode & 0o7777 if data is not None else None)
+
+    def undo(self) -> list[str]:
+        """Restore; what could not be restored (empty: everything is as it was)."""
+        failed = []
+        for real, (data, mode) in reversed(list(self.saved.items())):
+            try:
+                if data is None:
+                    if real.exists():
+                        _remove(real)
+                elif _read(real) != data:
+                    _write_atomic(real, data, mode)
+            except (OSError, UserError) as e:
+                failed.append(f"{real} ({e})")
+        self.saved.clear()
+        return failed
+
+
+def _write_atomic(path: Path, data: bytes, mode: int | None = None, journal: Journal | None = None) -> None:
+    """Write through a symlink (real_file), keeping the file's mode; a failure changes nothing."""
+    if journal is not None:
+        journal.save(path)
+    real = real_file(path)
+    if mode is None:
+        mode = real.stat().st_mode & 0o7777 if real.exists() else 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({os.strerror(e.errno) if e.errno else e}); nothing was "
+                        "changed") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({os.strerror(e.errno) if e.errno else e})") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    _drop_bytecode(path)
+    _drop_bytecode(real)
 
 
-def _remove(path: Path) -> None:
-    path.unlink()
+def _remove(path: Path, journal: Journal | None = None) -> None:
+    if journal is not None:
+        journal.save(path)
+    try:
+        path.unlink()
+    except OSError as e:
+        raise UserError(f"{path}: cannot remove it ({os.strerror(e.errno) if e.errno else e})") from None
     _drop_bytecode(path)
 
 
@@ -370,36 +497,48 @@ def _read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        return None
+        return None  # (a dangling symlink too: editable() refuses to write through it)
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def put_block(path: Path, block_for) -> bool:
-    """The one way a managed block goes into a file (sitecustomize.py, an NCCL config file): replaced in place
-    or appended after the user's bytes (with_block), written atomically when the bytes change. True: written."""
+def put_block(path: Path, block_for, journal: Journal | None = None, python: str | None = None) -> bool:
+    """The one way a managed block goes into a file (sitecustomize.py, the pth hook's files, an NCCL config file):
+    replaced in place or appended after the user's bytes (with_block), written atomically when the bytes change,
+    through a symlink. Checked first (editable; a .py file the target's Python, `python`, cannot compile is
+    refused: a block in it could never run). True: written."""
+    editable(path)
     data = _read(path)
     new = with_block(data, block_for, str(path))
     if new == data:
         return False
-    _write_atomic(path, new)
+    if path.suffix == ".py":
+        why = python_problem(data, python) if data is not None else None
+        if why is None:
+            why = python_problem(new, python)
+        if why:
+            raise UserError(f"{path}: {why}: Python cannot run this file, so a block in it could never run either; "
+                            "nothing was changed (fix the file first)")
+    _write_atomic(path, new, journal=journal)
     return True
 
 
-def strip_block(path: Path, data: bytes | None = None) -> str | None:
-    """The one way a managed block leaves a file: the bytes install added are removed, the rest kept; a file
-    install created and that now holds nothing else is removed. "removed", "written", or None (no block)."""
+def strip_block(path: Path, data: bytes | None = None, journal: Journal | None = None) -> str | None:
+    """The one way a managed block leaves a file: the bytes install added are removed (without_block), the rest
+    kept; a file install created and that now holds nothing else is removed (never a symlink: it is written
+    through). "removed", "written", or None (no block)."""
     data = _read(path) if data is None else data
     if data is None:
         return None
     b = find_block(data, str(path))
     if b is None:
         return None
+    editable(path)
     rest = without_block(data, b)
-    if b.meta.get("created_file") and not rest:
-        _remove(path)
+    if b.meta.get("created_file") and not rest and not path.is_symlink():
+        _remove(path, journal)
         return "removed"
-    _write_atomic(path, rest)
+    _write_atomic(path, rest, journal=journal)
     return "written"
 
 
@@ -565,12 +704,25 @@ def conf_hints(path: Path) -> list[str]:
             f"off for every process: {conf.CONF_ENV}=/dev/null (Python processes also honour {KILL_SWITCH}=0)"]
 
 
+def render_pth_block(meta: dict[str, Any]) -> bytes:
+    """The .pth file of the pth hook: comment lines (site skips them) around the line that imports the module."""
+    lines = [BEGIN.decode() + " (managed: `sglang-blackwell nccl uninstall` removes it; edits here are lost)",
+             _meta_line(meta), f"import {HOOK_MODULE}", END.decode()]
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+# what a .pth file of ours looked like before it was a managed block: still recognised, replaced, removed
+LEGACY_PTH = (f"# sglang-blackwell nccl hook (managed; `sglang-blackwell nccl uninstall` removes it)\n"
+              f"import {HOOK_MODULE}\n").encode()
+
+
 def install(target: Target, res: Resolution, hook: str = "auto",
             environ: dict[str, str] | None = None, nccl_conf: str | os.PathLike | None = None) -> Change:
     """Write the block for `res` (replacing any earlier one), then, still under the lock, start a fresh
-    interpreter of the target and check that it gets the profile. environ: the user's environment for that
-    check (default: this process's, minus what a managed block set). nccl_conf: also write the profile into
-    this NCCL config file (default: the file an earlier install recorded, if any)."""
+    interpreter of the target and check that it gets the profile; when it does not, every file is put back as
+    it was and the install is refused (UserError). environ: the user's environment for that check (default:
+    this process's, minus what a managed block set). nccl_conf: also write the profile into this NCCL config
+    file (default: the file an earlier install recorded, if any)."""
     from .nccl import effective_env, kill_switch_engaged, user_environ
     from .nccl import nccl_conf as render_conf
 
@@ -599,8 +751,12 @@ def install(target: Target, res: Resolution, hook: str = "auto",
         return render_conf_block(dict(meta_base, hook=CONF_HOOK, joined_newline=joined, created_file=created),
                                  conf_body)
 
+    def pth_block_for(joined: bool, created: bool) -> bytes:
+        return render_pth_block(dict(py_meta, joined_newline=joined, created_file=created))
+
     site = target.purelib
     conf_dirs = [p.parent for p in (conf_path, moved_from) if p is not None]
+    journal = Journal()
     with locked_all([site, *conf_dirs]):
         _check_writable(site)
         for d in conf_dirs:
@@ -608,77 +764,93 @@ def install(target: Target, res: Resolution, hook: str = "auto",
         written: list[Path] = []
         removed: list[Path] = []
         sc_path, mod_path, pth_path = target.sitecustomize_path, target.module_path, target.pth_path
-        sc = _read(sc_path)
-        if conf_path is not None and put_block(conf_path, conf_block_for):
-            written.append(conf_path)
-        if moved_from is not None:
-            r = strip_block(moved_from)
-            (removed if r == "removed" else written).extend([moved_from] if r else [])
-        if chosen == "sitecustomize":
-            if put_block(sc_path, block_for):
-                written.append(sc_path)
-            removed += _remove_pth_hook(target)
-            where = str(sc_path)
-        else:
-            new_mod = block_for(False, True)
-            if _read(mod_path) != new_mod:
-                _write_atomic(mod_path, new_mod)
-                written.append(mod_path)
-            pth = (f"# sglang-blackwell nccl hook (managed; `sglang-blackwell nccl uninstall` removes it)\n"
-                   f"import {HOOK_MODULE}\n").encode()
-            if _read(pth_path) != pth:
-                _write_atomic(pth_path, pth)
-                written.append(pth_path)
-            if sc is not None:  # an earlier install into a sitecustomize.py that does not (or no longer) run
-                r = strip_block(sc_path, sc)
-                (removed if r == "removed" else written).extend([sc_path] if r else [])
-            where = f"{pth_path} -> {mod_path}"
-        user = user_environ(environ)
-        fresh = probe(target.python, user).environ
-        conf_file = conf.read(conf_path, "--nccl-conf", rules) if conf_path else None
+        try:
+            # every file is checked before the first one is written (a refusal changes nothing)
+            for path in (conf_path, sc_path) if chosen == "sitecustomize" else (conf_path, mod_path, pth_path):
+                if path is not None:
+                    editable(path)
+            sc = _read(sc_path)
+            if conf_path is not None and put_block(conf_path, conf_block_for, journal):
+                written.append(conf_path)
+            if moved_from is not None:
+                r = strip_block(moved_from, journal=journal)
+                (removed if r == "removed" else written).extend([moved_from] if r else [])
+            if chosen == "sitecustomize":
+                if put_block(sc_path, block_for, journal, target.executable):
+                    written.append(sc_path)
+                removed += _remove_pth_hook(target, journal)
+                where = str(sc_path)
+            else:
+                if put_block(mod_path, block_for, journal, target.executable):
+                    written.append(mod_path)
+                if _read(pth_path) == LEGACY_PTH:
+                    _remove(pth_path, journal)
+                if put_block(pth_path, pth_block_for, journal):
+                    written.append(pth_path)
+                if sc is not None:  # an earlier install into a sitecustomize.py that does not (or no longer) run
+                    r = strip_block(sc_path, sc, journal)
+                    (removed if r == "removed" else written).extend([sc_path] if r else [])
+                where = f"{pth_path} -> {mod_path}"
+            user = user_environ(environ)
+            after = probe(target.python, user)
+            fresh = after.environ
+            conf_file = conf.read(conf_path, "--nccl-conf", rules) if conf_path else None
+            off = conf_mode_off(str(conf_path) if conf_path else None, user)
+            missing = [k for k in res.profile.env if k not in fresh]
+            if not off and missing and not kill_switch_engaged(fresh):
+                said = f"; its startup reports: {' | '.join(after.startup_errors)}" if after.startup_errors else ""
+                raise UserError(f"{where}: a fresh {target.executable} did not get {missing} with the block "
+                                f"written: its startup does not run it{said} (try --hook pth); nothing was changed")
+            unread = [f"{k}={v}" for k, v in res.profile.env.items()
+                      if conf_file is not None and k not in conf_file.values]
+            if unread:
+                raise UserError(f"{conf_path}: NCCL would not read {', '.join(unread)} from it (NCCL reads each line "
+                                "byte for byte); nothing was changed")
+        except BaseException as e:
+            failed = journal.undo()
+            if failed and isinstance(e, UserError):
+                raise UserError(f"{e}; BUT these could not be restored: {', '.join(failed)}") from None
+            raise
     rows = effective_env(fresh, user, block_env=res.profile.env, hook=chosen, files=[])
-    problems, notes = [], []
-    off = conf_mode_off(str(conf_path) if conf_path else None, user)
-    missing = [k for k in res.profile.env if k not in fresh]
-    if off:
-        notes.append(f"note: {off}")
-    elif missing and not kill_switch_engaged(fresh):
-        problems.append(f"a fresh {target.executable} does not get {missing} after the install: its startup "
-                        f"does not run {where} (try --hook pth)")
+    problems: list[str] = []
+    notes = [f"note: {off}"] if off else []
     msg = f"installed profile {res.profile.name} ({res.reason}) via {chosen}: {where}; {why}"
     conf_env = []
     if conf_file is not None:
         msg += f"\nNCCL config file {conf_path}" + (" (kept from the earlier install)" if kept else "")
         vals = conf_file.values
         for k, v in res.profile.env.items():
-            e = vals.get(k)
-            if e is None:
-                problems.append(f"{conf_path}: NCCL would not read {k}={v} from it")
-            elif e.value != v:
+            e = vals[k]
+            if e.value != v:
                 notes.append(f"note: {conf_path} line {e.line}, above the block, sets {k}={e.value!r}: NCCL keeps "
                              "that one (your lines win)")
-            conf_env.append((k, e.value if e else None, f"line {e.line}" if e else "-"))
+            conf_env.append((k, e.value, f"line {e.line}"))
         if not conf.same_file(user.get(conf.CONF_ENV) or os.devnull, conf_path):
             notes += conf_hints(conf_path)
     return Change(chosen, written, removed, msg, [r for r in rows if r.key in res.profile.env], problems,
                   conf_path, conf_env, notes)
 
 
-def _remove_pth_hook(target: Target) -> list[Path]:
+def _remove_pth_hook(target: Target, journal: Journal | None = None) -> list[Path]:
+    """Take the pth hook out: our block out of the .pth file and the module (strip_block), an old-style .pth file
+    of ours removed."""
     gone = []
-    if target.pth_path.exists():
-        _remove(target.pth_path)
+    pth = _read(target.pth_path)
+    if pth == LEGACY_PTH:
+        editable(target.pth_path)
+        _remove(target.pth_path, journal)
         gone.append(target.pth_path)
-    mod = _read(target.module_path)
-    if mod is not None and find_block(mod, str(target.module_path)) is not None:
-        _remove(target.module_path)
+    elif pth is not None and strip_block(target.pth_path, pth, journal) == "removed":
+        gone.append(target.pth_path)
+    if strip_block(target.module_path, journal=journal) == "removed":
         gone.append(target.module_path)
     return gone
 
 
 def uninstall(target: Target, nccl_conf: str | os.PathLike | None = None) -> Change:
     """Remove every managed block: the startup block, and the NCCL config-file block (in `nccl_conf`, else
-    in the file the startup block names and in the files NCCL reads here)."""
+    in the file the startup block names and in the files NCCL reads here). Nothing is changed unless every file
+    can be (a failure midway puts back what was already changed)."""
     site = target.purelib
     site_ok = site.is_dir()
     blocks = installed(target) if site_ok else _conf_blocks(target, [], target.conf_rules)
@@ -691,8 +863,10 @@ def uninstall(target: Target, nccl_conf: str | os.PathLike | None = None) -> Cha
         sc = _read(target.sitecustomize_path) if site_ok else None
         has_sc = sc is not None and find_block(sc, str(target.sitecustomize_path)) is not None
         mod = _read(target.module_path) if site_ok else None
-        has_pth = site_ok and (target.pth_path.exists() or (
-            mod is not None and find_block(mod, str(target.module_path)) is not None))
+        pth = _read(target.pth_path) if site_ok else None
+        has_pth = site_ok and (pth == LEGACY_PTH or (pth is not None and find_block(pth, str(target.pth_path))
+                                                     is not None)
+                               or (mod is not None and find_block(mod, str(target.module_path)) is not None))
         conf_data = {p: d for p in confs if (d := _read(p)) is not None and find_block(d, str(p)) is not None}
         if not has_sc and not has_pth and not conf_data:
             where = " or ".join(map(str, [site, *confs]))
@@ -701,15 +875,29 @@ def uninstall(target: Target, nccl_conf: str | os.PathLike | None = None) -> Cha
             _check_writable(site)
         for p in conf_data:
             _check_writable(p.parent, "Run as the owner of that directory")
+        for p in [*conf_data, *([target.sitecustomize_path] if has_sc else []),
+                  *([target.pth_path, target.module_path] if has_pth else [])]:
+            if p.exists() or p.is_symlink():
+                editable(p)
         written, removed = [], []
-        for p, d in conf_data.items():
-            r = strip_block(p, d)
-            (removed if r == "removed" else written).append(p)
-        if has_sc:
-            r = strip_block(target.sitecustomize_path, sc)
-            (removed if r == "removed" else written).append(target.sitecustomize_path)
-        if site_ok:
-            removed += _remove_pth_hook(target)
+        journal = Journal()
+        try:
+            for p, d in conf_data.items():
+                r = strip_block(p, d, journal)
+                (removed if r == "removed" else written).append(p)
+            if has_sc:
+                r = strip_block(target.sitecustomize_path, sc, journal)
+                (removed if r == "removed" else written).append(target.sitecustomize_path)
+            if site_ok:
+                gone = _remove_pth_hook(target, journal)
+                removed += gone
+                written += [q for q in (target.pth_path, target.module_path)
+                            if has_pth and q not in gone and real_file(q) in journal.saved]
+        except BaseException as e:
+            failed = journal.undo()
+            if failed and isinstance(e, UserError):
+                raise UserError(f"{e}; BUT these could not be restored: {', '.join(failed)}") from None
+            raise
     parts = [f"restored {p}" for p in written] + [f"removed {p}" for p in removed]
     return Change("", written, removed, "; ".join(parts))
 

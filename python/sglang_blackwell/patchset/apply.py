@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from ..errors import ApplyError
 from .diff import FileDiff, Hunk
-from .series import Patch
+from .series import Patch, unsafe_path
 
 
 class _Text:
@@ -67,6 +67,10 @@ def _apply_hunk(patch: str, path: str, text: _Text, hk: Hunk, delta: int) -> int
 
 
 def apply_file_diff(patch: str, fd: FileDiff, files: dict[str, bytes]) -> None:
+    for gp in (fd.old_path, fd.new_path):
+        why = unsafe_path(gp) if gp else None
+        if why:
+            raise ApplyError(patch, gp, None, f"the path {why}")  # type: ignore[arg-type]
     if fd.old_path is None:  # new file
         if fd.new_path in files:
             raise ApplyError(patch, fd.path, None, "creates a file that already exists")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -21,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import UserError
 from ..paths import patches_dir
-from ..tomlio import tomllib
+from ..tomlio import load_file
 from .layouts import LAYOUTS
 from .series import Series, load_series
 
@@ -37,6 +38,7 @@ class Artifact:
     url: str
     sha256: str  # 64 hex digits, or "unknown" (runtime facts only)
     size: int | None = None
+    origin: str = field(default="", compare=False)  # where it is pinned: "<base.toml> [[patched]] #1 file #2"
 
     @property
     def python_tags(self) -> frozenset[str]:
@@ -52,7 +54,7 @@ class Artifact:
 
     def fits_python(self, version: str) -> bool:
         """Does this wheel install on CPython `version` ("3.12")?"""
-        major, minor = version.split(".")[:2]
+        major, minor = map(str, python_version(version))
         cp = f"cp{major}{minor}"
         for tag in self.python_tags:
             if tag in (cp, f"py{major}", f"py{major}{minor}"):
@@ -160,61 +162,141 @@ def _err(path: Path, msg: str) -> UserError:
     return UserError(f"{path}: {msg}")
 
 
-def _artifact(path: Path, where: str, d: dict, runtime: bool) -> Artifact:
-    for key in ("filename", "sha256") + (() if runtime else ("url", "size")):
-        if key not in d:
-            raise _err(path, f"{where}: missing key {key!r}")
-    sha = d["sha256"]
+PYTHON_VERSION_RE = re.compile(r"^(\d)\.(\d{1,2})$")
+
+
+def python_version(text: str, flag: str = "--python") -> tuple[int, int]:
+    """A CPython MAJOR.MINOR ("3.12") as (3, 12); anything else is a UserError naming the flag."""
+    m = PYTHON_VERSION_RE.match(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise UserError(f"{flag} {text!r}: expected a CPython MAJOR.MINOR, e.g. 3.12")
+    return int(m[1]), int(m[2])
+
+
+_KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "an array", dict: "a table"}
+
+
+class Fields:
+    """Typed reads of one table of base.toml: a missing key, a value of the wrong type and a key nobody reads are
+    errors naming the file and the key (`where` says which table: "[base]", "[[patched]] #1 file #2")."""
+
+    def __init__(self, path: Path, where: str, table: object, known: set[str]):
+        if not isinstance(table, dict):
+            raise _err(path, f"{where} must be a table, not {_toml_kind(table)}")
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise _err(path, f"{where}: unknown key(s) {unknown} (known: {sorted(known)})")
+        self.path, self.where, self.table = path, where, table
+
+    def has(self, key: str) -> bool:
+        return key in self.table
+
+    def get(self, key: str, kind: type, default: object = ..., *, of: type | None = None) -> Any:
+        """table[key], which must be of `kind` (a bool is no integer; `of`: the type of a list's items or a table's
+        values); `default` when absent (no default: the key is required)."""
+        if key not in self.table:
+            if default is ...:
+                raise _err(self.path, f"{self.where}: missing key {key!r}")
+            return default
+        v = self.table[key]
+        ok = isinstance(v, kind) and not (kind is int and isinstance(v, bool))
+        if ok and of is not None:
+            items = v if isinstance(v, list) else list(v.values()) if isinstance(v, dict) else []
+            ok = all(isinstance(x, of) and not (of is int and isinstance(x, bool)) for x in items)
+        if not ok:
+            what = _KINDS[kind] + (f" of {_KINDS[of].split(' ', 1)[1]}s" if of is not None else "")
+            raise _err(self.path, f"{self.where} {key} = {_short(v)}: expected {what}, not {_toml_kind(v)}")
+        return v
+
+
+def _toml_kind(v: object) -> str:
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        return "an array of tables"
+    return {str: "a string", int: "an integer", float: "a float", list: "an array", dict: "a table"}.get(
+        type(v), f"a {type(v).__name__}")
+
+
+def _short(v: object) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+ARTIFACT_KEYS = {"filename", "url", "sha256", "size"}
+
+
+def _artifact(path: Path, where: str, d: object, runtime: bool) -> Artifact:
+    f = Fields(path, where, d, ARTIFACT_KEYS)
+    filename = f.get("filename", str)
+    sha = f.get("sha256", str)
+    url = f.get("url", str, "" if runtime else ...)
+    size = f.get("size", int, None if runtime else ...)
     if not (SHA256_RE.match(sha) or (runtime and sha == "unknown")):
         raise _err(path, f"{where}: sha256 {sha!r} is not 64 lowercase hex digits" + (
             ' (or "unknown" for a runtime fact)' if runtime else ""))
-    if d["filename"].endswith(".whl"):
+    if size is not None and size <= 0:
+        raise _err(path, f"{where}: size {size} is not a file size in bytes (a positive integer)")
+    if not filename or "/" in filename or filename in (".", ".."):
+        raise _err(path, f"{where}: filename {filename!r} is not a file name")
+    if filename.endswith(".whl"):
         try:
-            parse_wheel_filename(d["filename"])
+            parse_wheel_filename(filename)
         except Exception as e:  # packaging raises InvalidWheelFilename
-            raise _err(path, f"{where}: bad wheel file name {d['filename']!r}: {e}") from None
-    url = d.get("url", "")
-    if url and not url.endswith("/" + d["filename"]) and not runtime:
-        raise _err(path, f"{where}: url does not end with the file name {d['filename']!r}")
-    return Artifact(filename=d["filename"], url=url, sha256=sha, size=d.get("size"))
+            raise _err(path, f"{where}: bad wheel file name {filename!r}: {e}") from None
+    elif not runtime:
+        raise _err(path, f"{where}: filename {filename!r} is not a wheel (.whl)")
+    if url and not url.endswith("/" + filename) and not runtime:
+        raise _err(path, f"{where}: url does not end with the file name {filename!r}")
+    return Artifact(filename=filename, url=url, sha256=sha, size=size, origin=f"{path} {where}")
+
+
+TOP_KEYS = {"base", "patched", "runtime", "serving"}
+BASE_KEYS = {"name", "default", "role", "local_label", "cuda", "notes", "absorbed"}
+PATCHED_KEYS = {"package", "distribution", "version", "files", "requires_rewrite"}
+RUNTIME_KEYS = {"name", "version", "index_url", "requirement", "files", "source"}
+
+
+def _tables(path: Path, where: str, v: object) -> list:
+    """An array of tables ([[patched]]): a single [table] or anything else is named as such."""
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise _err(path, f"{where}: expected an array of tables ([[{where.strip('[]')}]] sections), "
+                         f"not {_toml_kind(v)}")
+    return v
 
 
 def load_base(base_dir: Path) -> Base:
     path = base_dir / "base.toml"
     if not path.is_file():
         raise UserError(f"{path}: missing (every patches/<base>/ needs a base.toml)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise _err(path, f"not valid TOML: {e}") from None
-    b = data.get("base")
-    if not isinstance(b, dict):
-        raise _err(path, "missing [base] table")
-    for key in ("name", "local_label", "cuda", "role"):
-        if key not in b:
-            raise _err(path, f"[base]: missing key {key!r}")
-    if b["name"] != base_dir.name:
-        raise _err(path, f"[base] name {b['name']!r} does not match its directory {base_dir.name!r}")
-    if not LOCAL_LABEL_RE.match(b["local_label"]):
-        raise _err(path, f"[base] local_label {b['local_label']!r} must look like 'sm120.N'")
+    data = load_file(path)
+    top = Fields(path, "the top level", data, TOP_KEYS)
+    b = Fields(path, "[base]", top.get("base", dict), BASE_KEYS)
+    name, local_label = b.get("name", str), b.get("local_label", str)
+    role, cuda = b.get("role", str), b.get("cuda", str)
+    default, notes = b.get("default", bool, False), b.get("notes", str, "")
+    if name != base_dir.name:
+        raise _err(path, f"[base] name {name!r} does not match its directory {base_dir.name!r}")
+    if not LOCAL_LABEL_RE.match(local_label):
+        raise _err(path, f"[base] local_label {local_label!r} must look like 'sm120.N'")
     patched = []
-    for i, p in enumerate(data.get("patched", [])):
+    for i, raw in enumerate(_tables(path, "[[patched]]", top.get("patched", list, []))):
         where = f"[[patched]] #{i + 1}"
-        for key in ("package", "distribution", "version", "files"):
-            if key not in p:
-                raise _err(path, f"{where}: missing key {key!r}")
-        if p["package"] not in LAYOUTS:
-            raise _err(path, f"{where}: package {p['package']!r} has no path layout (known: {sorted(LAYOUTS)})")
+        p = Fields(path, where, raw, PATCHED_KEYS)
+        package, dist, version = p.get("package", str), p.get("distribution", str), p.get("version", str)
+        if package not in LAYOUTS:
+            raise _err(path, f"{where}: package {package!r} has no path layout (known: {sorted(LAYOUTS)})")
         try:
-            Version(p["version"])
+            Version(version)
         except InvalidVersion:
-            raise _err(path, f"{where}: version {p['version']!r} is not PEP 440") from None
-        files = tuple(_artifact(path, f"{where} file #{j + 1}", f, runtime=False) for j, f in enumerate(p["files"]))
+            raise _err(path, f"{where}: version {version!r} is not PEP 440") from None
+        files = tuple(_artifact(path, f"{where} file #{j + 1}", f, runtime=False)
+                      for j, f in enumerate(_tables(path, f"{where} files", p.get("files", list))))
         for a in files:
-            name, ver, _, _ = parse_wheel_filename(a.filename)
-            if canonicalize_name(name) != canonicalize_name(p["distribution"]) or str(ver) != p["version"]:
-                raise _err(path, f"{where}: file {a.filename} is not {p['distribution']} {p['version']}")
-        rewrites = dict(p.get("requires_rewrite", {}))
+            fname, ver, _, _ = parse_wheel_filename(a.filename)
+            if canonicalize_name(fname) != canonicalize_name(dist) or str(ver) != version:
+                raise _err(path, f"{where}: file {a.filename} is not {dist} {version}")
+        rewrites = dict(p.get("requires_rewrite", dict, {}, of=str))
         for k, v in rewrites.items():
             try:
                 req = Requirement(v)
@@ -222,20 +304,18 @@ def load_base(base_dir: Path) -> Base:
                 raise _err(path, f"{where}: requires_rewrite[{k!r}] = {v!r}: {e}") from None
             if canonicalize_name(req.name) != canonicalize_name(k):
                 raise _err(path, f"{where}: requires_rewrite key {k!r} does not name the requirement {v!r}")
-        patched.append(PatchedPackage(p["package"], p["distribution"], p["version"], files, rewrites))
+        patched.append(PatchedPackage(package, dist, version, files, rewrites))
     if not patched:
         raise _err(path, "no [[patched]] packages")
     runtime = []
-    for i, r in enumerate(data.get("runtime", [])):
+    for i, raw in enumerate(_tables(path, "[[runtime]]", top.get("runtime", list, []))):
         where = f"[[runtime]] #{i + 1}"
-        for key in ("name", "version", "index_url", "requirement"):
-            if key not in r:
-                raise _err(path, f"{where}: missing key {key!r}")
+        r = Fields(path, where, raw, RUNTIME_KEYS)
         files = tuple(_artifact(path, f"{where} file #{j + 1}", f, runtime=True)
-                      for j, f in enumerate(r.get("files", [])))
-        runtime.append(RuntimeArtifact(r["name"], r["version"], r["index_url"], r["requirement"], files,
-                                       r.get("source", "")))
-    absorbed = dict(b.get("absorbed", {}))
+                      for j, f in enumerate(_tables(path, f"{where} files", r.get("files", list, []))))
+        runtime.append(RuntimeArtifact(r.get("name", str), r.get("version", str), r.get("index_url", str),
+                                       r.get("requirement", str), files, r.get("source", str, "")))
+    absorbed = dict(b.get("absorbed", dict, {}))
     names = {p.package for p in patched} | {canonicalize_name(p.distribution) for p in patched}
     for lid, since in absorbed.items():
         if not re.fullmatch(r"P\d+", lid):
@@ -245,10 +325,9 @@ def load_base(base_dir: Path) -> Base:
             raise _err(path, f"[base] absorbed.{lid} = {since!r}: must start with the upstream release that "
                              f"has the change, '<package> <version>' (package one of {sorted(names)}), e.g. "
                              "'sglang 0.5.14 (PR #28343)'")
-    return Base(name=b["name"], default=bool(b.get("default", False)), role=b["role"],
-                local_label=b["local_label"], cuda=b["cuda"], patched=tuple(patched), runtime=tuple(runtime),
-                dir=base_dir, notes=b.get("notes", ""), absorbed=absorbed,
-                serving=_serving(path, data.get("serving", {})))
+    return Base(name=name, default=default, role=role, local_label=local_label, cuda=cuda, patched=tuple(patched),
+                runtime=tuple(runtime), dir=base_dir, notes=notes, absorbed=absorbed,
+                serving=_serving(path, top.get("serving", dict, {})))
 
 
 def _serving(path: Path, d: object) -> ServingFacts:
@@ -264,7 +343,7 @@ def _serving(path: Path, d: object) -> ServingFacts:
         v = d[key]
         if kind is tuple:
             if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-                raise _err(path, f"[serving] {key}: expected a list of server arguments (strings)")
+                raise _err(path, f"[serving] {key} = {_short(v)}: expected a list of server arguments (strings)")
             v = tuple(v)
         elif not isinstance(v, str) or (v and not re.fullmatch(r"[A-Z][A-Z0-9_]*", v)):
             raise _err(path, f"[serving] {key}: expected an environment variable name, got {v!r}")
@@ -282,7 +361,8 @@ def list_bases(root: Path | None = None) -> list[Base]:
     bases = [load_base(d) for d in sorted(root.iterdir(), key=_base_sort_key) if (d / "base.toml").exists()]
     defaults = [b.name for b in bases if b.default]
     if len(defaults) != 1:
-        raise UserError(f"{root}: exactly one base.toml must say `default = true`; found {defaults or 'none'}")
+        raise UserError(f"{root}: exactly one base.toml must say `default = true`; found {defaults or 'none'} (read: "
+                        f"{', '.join(str(b.dir / 'base.toml') for b in bases) or 'no base.toml'})")
     return bases
 
 

@@ -1,5 +1,6 @@
 """`sglang-blackwell check`: every series applies to its pinned upstream with zero fuzz, headers are valid,
-and series files and patch files agree."""
+and series files and patch files agree. `gate`: the part of it that needs no upstream file, which build, bundle
+and install pass before they make anything (a series `check` refuses is never built)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 from ..errors import ApplyError, UserError
 from .apply import apply_patch, paths_needed
-from .bases import Base, series_for
+from .bases import Base, PatchedPackage, series_for
 from .fetch import fetch
 from .labellock import lock_problems
 from .layouts import get_layout
-from .series import validate_series
+from .series import Series, unsafe_path, validate_series
 
 
 @dataclass
@@ -40,6 +41,36 @@ def upstream_files(wheel: Path, layout_name: str, git_paths: set[str]) -> dict[s
     return out
 
 
+def series_problems(base: Base, pkg: PatchedPackage, series: Series) -> list[str]:
+    """What is wrong with one package's series without looking at upstream: headers (DEP-3), Logical-Ids, patch
+    paths, patches base.toml says upstream absorbed."""
+    probs = validate_series(series)
+    layout = get_layout(pkg.package)
+    for p in series.patches:
+        if p.logical_id in base.absorbed:
+            probs.append(f"base {base.name}: patch {p.name} ({p.logical_id}) is carried but base.toml "
+                         f"says upstream absorbed it ({base.absorbed[p.logical_id]})")
+        for fd in p.files:
+            for gp in dict.fromkeys(x for x in (fd.old_path, fd.new_path) if x):
+                if not unsafe_path(gp) and layout.git_to_wheel(gp) is None:
+                    probs.append(f"patch {p.name}: {gp} is outside what the {pkg.distribution} wheel ships")
+    return probs
+
+
+def gate(base: Base) -> None:
+    """Refuse (UserError naming the patch and header, or the label) what `check` would refuse without applying
+    anything: series files, DEP-3 headers, patch paths, the label lock. Called by build (and so bundle and
+    install) before anything is fetched or written."""
+    probs = []
+    for pkg in base.patched:
+        probs += series_problems(base, pkg, series_for(base, pkg.package))
+    probs += lock_problems(base)
+    if probs:
+        more = f" (and {len(probs) - 1} more problem(s): sglang-blackwell check --base {base.name})" \
+            if len(probs) > 1 else ""
+        raise UserError(f"base {base.name}: refusing to build: {probs[0]}{more}")
+
+
 def check_base(base: Base, cache: Path | None = None, progress: Callable[[str], None] | None = None) -> CheckResult:
     res = CheckResult(base.name)
     for pkg in base.patched:
@@ -48,11 +79,7 @@ def check_base(base: Base, cache: Path | None = None, progress: Callable[[str], 
         except UserError as e:
             res.problems.append(str(e))
             continue
-        res.problems += validate_series(series)
-        for p in series.patches:
-            if p.logical_id in base.absorbed:
-                res.problems.append(f"base {base.name}: patch {p.name} ({p.logical_id}) is carried but base.toml "
-                                    f"says upstream absorbed it ({base.absorbed[p.logical_id]})")
+        res.problems += series_problems(base, pkg, series)
         if not series.patches:
             res.lines.append(f"{base.name} {pkg.package}: no patches")
             continue
@@ -60,14 +87,10 @@ def check_base(base: Base, cache: Path | None = None, progress: Callable[[str], 
         if not arts:
             res.problems.append(f"base {base.name}: no x86_64 {pkg.distribution} wheel pinned")
             continue
+        if any(unsafe_path(gp) for p in series.patches for fd in p.files for gp in (fd.old_path, fd.new_path) if gp):
+            res.lines.append(f"{base.name} {pkg.package}: not applied (a patch path names no file of the tree)")
+            continue
         wheel = fetch(arts[0], cache, progress=progress)
-        layout = get_layout(pkg.package)
-        for p in series.patches:
-            for fd in p.files:
-                for gp in (fd.old_path, fd.new_path):
-                    if gp and layout.git_to_wheel(gp) is None:
-                        res.problems.append(f"patch {p.name}: {gp} is outside what the {pkg.distribution} "
-                                            "wheel ships")
         files = upstream_files(wheel, pkg.package, paths_needed(series.patches))
         for p in series.patches:
             try:

@@ -21,28 +21,43 @@ reach only its mirror could not `make`. With no mirror configured, pip's index i
 version links the same file on the same host as the pinned URL: asking by name costs one index page.
 
 Then our own check, as before pip did the downloading: size + sha256 against the pin, before anything enters the
-cache. pip downloads into a private directory under <cache>/.partial/; only a verified file is renamed into
-<cache>/artifacts/ (atomically), so nothing half-written is ever a cache entry. A cached file is re-verified on
-every use; a corrupt one is removed and fetched again. With a warm cache neither pip nor the network is touched;
-SGLANG_BLACKWELL_OFFLINE=1 turns a cold cache into an error instead of a download.
+cache. pip downloads into a private directory under <cache>/.partial/ (named with our pid; a killed download's
+directory is swept by the next fetch once its pid is gone); only a verified file is renamed into
+<cache>/artifacts/ (atomically), so nothing half-written is ever a cache entry. With a warm cache neither pip nor
+the network is touched; SGLANG_BLACKWELL_OFFLINE=1 turns a cold cache into an error instead of a download.
+
+What entered the cache is recorded: <cache>/verified/<file>.json holds the size and sha256 the file was verified
+against, and when. A cached file is re-verified on every use, and a cache entry is never deleted because a pin
+disagrees with it. The record says which side moved:
+  the file is as recorded, the pin is not   the pin changed (a wrong pin, or a re-pin): refused, nothing
+                                            downloaded; the message says how to take the new pin
+  the file is not as recorded               the cache entry is damaged: fetched again and replaced only by a file
+                                            that matches the pin (offline: refused, the entry kept)
+  no record (a cache older than records)    either: fetched again online, kept unless the download matches the pin
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from .. import procs
 from ..errors import IntegrityError, UserError
-from ..paths import cache_dir
+from ..paths import cache_dir, os_reason, write_atomic
 from .bases import Artifact
 
 CHUNK = 1 << 20
@@ -70,6 +85,103 @@ def _verify(path: Path, art: Artifact) -> str | None:
 
 def cached_path(art: Artifact, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "artifacts" / art.filename
+
+
+def record_path(art: Artifact, cache: Path | None = None) -> Path:
+    """What was verified when `art`'s file entered the cache (module docstring)."""
+    return (cache or cache_dir()) / "verified" / f"{art.filename}.json"
+
+
+@dataclass(frozen=True)
+class Record:
+    sha256: str
+    size: int
+    when: str
+    source: str
+
+
+def read_record(art: Artifact, cache: Path) -> Record | None:
+    """The record of `art`'s cache entry; None when there is none (or it is unreadable: then it says nothing)."""
+    try:
+        d = json.loads(record_path(art, cache).read_text())
+        rec = Record(d["sha256"], d["size"], d["verified"], d.get("source", ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ok = d.get("filename") == art.filename and isinstance(rec.sha256, str) and isinstance(rec.size, int)
+    return rec if ok else None
+
+
+def write_record(art: Artifact, cache: Path, source: str) -> None:
+    """Best effort: a read-only (shared) cache is still a cache, it just keeps no records."""
+    rec = {"filename": art.filename, "sha256": art.sha256, "size": cached_path(art, cache).stat().st_size,
+           "verified": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source}
+    with contextlib.suppress(OSError, UserError):
+        write_atomic(record_path(art, cache), json.dumps(rec, indent=1, sort_keys=True) + "\n")
+
+
+def _pin_words(art: Artifact) -> str:
+    return f"sha256 {art.sha256}" + (f", size {art.size}" if art.size is not None else "")
+
+
+def _check_cache(cache: Path) -> None:
+    for d in (cache, cache / "artifacts"):
+        if d.exists() and not d.is_dir():
+            raise UserError(f"{d}: the download cache (SGLANG_BLACKWELL_CACHE, default ~/.cache/sglang-blackwell) "
+                            "is not a directory here; move that file away or point SGLANG_BLACKWELL_CACHE elsewhere")
+
+
+def _cached(art: Artifact, cache: Path, dest: Path, progress: Progress | None) -> Path | None:
+    """The cache entry if it matches the pin; None when it must be fetched (again); an error when the pin and the
+    entry disagree in a way a download cannot settle. Never deletes the entry."""
+    if not dest.is_file():
+        if dest.exists() or dest.is_symlink():
+            raise UserError(f"{dest}: the cache entry of {art.filename} is not a file; remove it")
+        return None
+    size = dest.stat().st_size
+    digest = sha256_file(dest) if art.size is None or size == art.size else None
+    rec = read_record(art, cache)
+    if digest == art.sha256:
+        if rec is None or rec.sha256 != art.sha256 or rec.size != size:
+            write_record(art, cache, "a cache entry that matched its pin")
+        return dest
+    where = art.origin or art.filename
+    if rec is not None and rec.size == size and rec.sha256 == (digest or sha256_file(dest)):
+        changed = [f"{k} = {v!r} (the file's {k} is {r!r})" for k, v, r in
+                   (("sha256", art.sha256, rec.sha256), ("size", art.size, rec.size)) if v is not None and v != r]
+        raise IntegrityError(f"{where}: the pin changed: {'; '.join(changed)}, but {dest} is the file verified "
+                             f"against the pin on {rec.when}, and it is unchanged since; nothing was downloaded or "
+                             f"deleted (a wrong pin: fix base.toml; a new pin: delete {dest} to download again)")
+    now = f"size {size}" + (f", sha256 {digest}" if digest else "")
+    if rec is not None:
+        why = (f"{dest} changed since it was verified on {rec.when} (then size {rec.size}, sha256 {rec.sha256}; "
+               f"now {now})")
+    else:
+        why = (f"{where} pins {_pin_words(art)}, but {dest} has {now}, and no record says which of the two "
+               "changed")
+    if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
+        raise IntegrityError(f"{why}; SGLANG_BLACKWELL_OFFLINE=1: not downloading it again; the cache entry was kept "
+                             f"(delete {dest} once the pin is right, then fetch online)")
+    if progress:
+        progress(f"cached {art.filename} is corrupt or not the pinned file ({why}); fetching it again")
+    return None
+
+
+def sweep_partials(cache: Path, max_age_s: float = 86400.0) -> None:
+    """Remove the download directories of fetches that died (killed, power cut): those whose pid is gone, and
+    nameless old ones."""
+    partial = cache / ".partial"
+    try:
+        entries = list(partial.iterdir())
+    except OSError:
+        return
+    for d in entries:
+        m = re.search(r"\.(\d+)\.[^.]+$", d.name)
+        try:
+            stale = not procs.alive(int(m[1])) if m else time.time() - d.lstat().st_mtime > max_age_s
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(d, ignore_errors=True) if d.is_dir() and not d.is_symlink() else d.unlink(missing_ok=True)
 
 
 def pip_base_command() -> list[str]:
@@ -112,14 +224,12 @@ def _by_name(art: Artifact) -> str | None:
 def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = None) -> Path:
     """Return a verified local copy of `art`, downloading it through pip if the cache lacks it."""
     cache = cache or cache_dir()
+    _check_cache(cache)
     dest = cached_path(art, cache)
-    if dest.exists():
-        problem = _verify(dest, art)
-        if problem is None:
-            return dest
-        if progress:
-            progress(f"cached {art.filename} is corrupt ({problem}); fetching again")
-        dest.unlink()
+    sweep_partials(cache)
+    hit = _cached(art, cache, dest, progress)
+    if hit is not None:
+        return hit
     if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
         raise UserError(f"{art.filename}: not in the cache {cache} and SGLANG_BLACKWELL_OFFLINE=1")
     requests = []
@@ -133,9 +243,13 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
         raise UserError(f"{art.filename}: no download URL pinned and not a wheel pip can look up by name")
     pip = pip_base_command()
     partial = cache / ".partial"
-    partial.mkdir(parents=True, exist_ok=True)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=art.filename + ".", dir=partial))
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{art.filename}.{os.getpid()}.", dir=partial))
+    except OSError as e:
+        raise UserError(f"{cache}: cannot write to the download cache ({os_reason(e)}); nothing was downloaded "
+                        "(SGLANG_BLACKWELL_CACHE chooses another)") from None
     try:
         failures = []
         mismatches = 0
@@ -162,9 +276,11 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
                 raise IntegrityError(f"{art.filename}: the file pip downloaded from {where} does not match the pin "
                                      f"({problem}; truncated or wrong file); nothing was cached")
             os.replace(files[0], dest)
+            write_record(art, cache, where)
             return dest
         err = IntegrityError if mismatches == len(requests) else UserError  # every source served other bytes
-        raise err(f"{art.filename}: pip download failed " + "; ".join(failures) + "; nothing was cached")
+        kept = f"; the cache entry {dest} was kept" if dest.exists() else ""
+        raise err(f"{art.filename}: pip download failed " + "; ".join(failures) + f"; nothing was cached{kept}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -189,10 +305,3 @@ def _pip_download(pip: list[str], reqfile: Path, dest: Path, flags: list[str]) -
         return f"pip refused the file: its sha256 is not the pin ({got})", True
     errors = [ln for ln in lines if ln.startswith("ERROR:")] or lines[-3:]
     return f"pip exited {r.returncode}: " + " | ".join(errors[:3]), False
-
-
-def clean_partials(cache: Path | None = None) -> None:
-    """Remove leftovers of killed downloads (never visible as cache entries)."""
-    partial = (cache or cache_dir()) / ".partial"
-    if partial.is_dir():
-        shutil.rmtree(partial, ignore_errors=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..paths import write_atomic
-from ..tomlio import tomllib
-from .bases import Base, series_for
+from ..tomlio import load_file
+from .bases import LOCAL_LABEL_RE, Base, series_for
 
 LOCK_FILE = "LABEL.lock"
 HEADER = """\
@@ -57,15 +57,17 @@ def lock_path(base: Base) -> Path:
 
 def read_lock(base: Base) -> dict[str, dict[str, str]]:
     path = lock_path(base)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {}
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = load_file(path)
     labels = data.get("labels", {})
     if not isinstance(labels, dict) or set(data) - {"labels"}:
         raise UserError(f"{path}: expected only [labels.\"sm120.N\"] tables")
+    for label, rec in labels.items():
+        if not LOCAL_LABEL_RE.match(label):
+            raise UserError(f"{path}: [labels.{label!r}]: {label!r} is not a local label like sm120.N")
+        if not isinstance(rec, dict) or not all(isinstance(v, str) for v in rec.values()) or "inputs" not in rec:
+            raise UserError(f"{path}: [labels.\"{label}\"] must be a table of digests (strings) with 'inputs'")
     return labels
 
 
@@ -91,7 +93,7 @@ def lock_problems(base: Base) -> list[str]:
     probs = []
     if rec.get("inputs") != now["inputs"]:
         probs.append(f"base {base.name}: wheels labelled +{base.local_label} were made from other inputs "
-                     f"({_changed(rec, now)} since {base.local_label} was recorded): {fix}")
+                     f"({_changed(rec, now)} since {base.local_label} was recorded in {path}): {fix}")
     newest = max(labels, key=label_number)
     if newest != base.local_label:
         probs.append(f"base {base.name}: local_label {base.local_label} is older than the recorded {newest}: "

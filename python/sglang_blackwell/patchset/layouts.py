@@ -16,6 +16,11 @@ class Layout:
     rules: tuple[tuple[str, str], ...]
 
     def git_to_wheel(self, git_path: str) -> str | None:
+        """The wheel path of an upstream git path; None when the wheel does not ship it (or the path is no plain
+        relative path: '..', '.', '//', absolute; series.unsafe_path says why)."""
+        parts = git_path.split("/")
+        if git_path.startswith("/") or "\\" in git_path or any(x in ("", ".", "..") for x in parts):
+            return None
         for git_prefix, wheel_prefix in self.rules:
             if git_path.startswith(git_prefix):
                 return wheel_prefix + git_path[len(git_prefix) :]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..paths import write_atomic
+from ..paths import read_text, write_atomic
 from .bases import Base, series_for
 from .series import Patch
 
@@ -66,10 +66,7 @@ def markdown_table(bases: list[Base]) -> str:
 
 def update_block(path: Path, table: str) -> bool:
     """Rewrite the marked block of `path`; returns whether the file changed."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e}") from None
+    text = read_text(path, "--update")
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise UserError(f"{path}: needs exactly one {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
@@ -83,7 +80,7 @@ def update_block(path: Path, table: str) -> bool:
 
 def current_block(path: Path) -> str | None:
     """The table between the markers in `path` (None when there is no block)."""
-    text = path.read_text()
+    text = read_text(path)
     if BEGIN not in text or END not in text:
         return None
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")

@@ -18,10 +18,11 @@ import zipfile
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import read_json
 from .bases import Base, series_for
 from .fetch import fetch
 from .layouts import get_layout
-from .series import NAME_RE, parse_patch
+from .series import NAME_RE, header_problems, parse_patch
 
 STATE = "sglang-blackwell.json"
 BOT = ("sglang-blackwell", "sglang-blackwell@users.noreply.github.com")
@@ -54,6 +55,11 @@ def _artifact_for_checkout(base: Base, package: str):
 
 def checkout(base: Base, package: str, dest: Path, cache: Path | None = None) -> int:
     """Returns the number of patches applied as commits."""
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest}: exists and is not a directory")
+    blocker = next((p for p in dest.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UserError(f"{dest}: {blocker} is a file, not a directory")
     if dest.exists() and any(dest.iterdir()):
         raise UserError(f"{dest}: exists and is not empty")
     pkg, art = _artifact_for_checkout(base, package)
@@ -73,6 +79,9 @@ def checkout(base: Base, package: str, dest: Path, cache: Path | None = None) ->
                 if (info.external_attr >> 16) & 0o111:
                     target.chmod(0o755)
         git(dest, "init", "-q", "-b", "main")
+        # what running the code leaves behind is no new file of a patch (export refuses untracked files)
+        (dest / ".git" / "info").mkdir(parents=True, exist_ok=True)
+        (dest / ".git" / "info" / "exclude").write_text("__pycache__/\n*.py[co]\n")
         git(dest, "add", "-A")
         env = _git_env()
         env.update(GIT_AUTHOR_DATE=FIXED_DATE, GIT_COMMITTER_DATE=FIXED_DATE)
@@ -94,20 +103,59 @@ def checkout(base: Base, package: str, dest: Path, cache: Path | None = None) ->
     return len(series.patches)
 
 
+def _check_commit(f: Path) -> None:
+    """A commit's patch must pass what build and check require of a header (series.header_problems)."""
+    subject = next((ln[len("Subject: "):] for ln in f.read_text(errors="replace").splitlines()
+                    if ln.startswith("Subject: ")), f.name)
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+    try:
+        p = parse_patch(f)
+    except UserError as e:
+        raise UserError(f"commit {subject!r}: {e}; nothing was exported") from None
+    if not p.body.strip():
+        raise UserError(f"commit {subject!r}: has no message body: a patch needs a long description (why the change "
+                        "is needed) and the DEP-3 fields (Origin, Forwarded, Upstream-Status, Last-Update, "
+                        "Logical-Id) as the last paragraph; git commit --amend (or rebase -i) it; nothing was exported")
+    probs = header_problems(p)
+    if probs:
+        raise UserError(f"commit {subject!r}: {'; '.join(probs)}; amend it (git commit --amend or rebase -i); nothing "
+                        "was exported")
+
+
 def _slug(subject: str) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
     return s[:52].rstrip("-") or "patch"
 
 
-def export(tree: Path, series_dir: Path | None = None) -> list[str]:
-    """Write the commits above `upstream` back as patches + series. Returns the patch names."""
+def read_state(tree: Path) -> dict:
+    """The checkout's .git/sglang-blackwell.json, its shape checked (it names the series it came from)."""
     state_file = tree / ".git" / STATE
     if not state_file.is_file():
         raise UserError(f"{tree}: not a checkout made by `sglang-blackwell checkout` (no .git/{STATE})")
-    state = json.loads(state_file.read_text())
+    state = read_json(state_file)
+    if not isinstance(state, dict) or not isinstance(state.get("series_dir"), str) \
+            or not isinstance(state.get("names"), list) or not all(isinstance(n, str) and NAME_RE.match(n)
+                                                                   for n in state["names"]):
+        raise UserError(f"{state_file}: not the state `sglang-blackwell checkout` writes (series_dir, names); "
+                        "check the tree out again")
+    return state
+
+
+def export(tree: Path, series_dir: Path | None = None) -> list[str]:
+    """Write the commits above `upstream` back as patches + series. Returns the patch names. Refused, with
+    nothing written: uncommitted changes, files git does not track (a new file must be `git add`ed and
+    committed to be part of a patch), and commits whose patch fails the DEP-3 header checks."""
+    state = read_state(tree)
     out_dir = Path(series_dir or state["series_dir"])
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--to {out_dir}: is not a directory")
     if git(tree, "status", "--porcelain", "--untracked-files=no").strip():
         raise UserError(f"{tree}: has uncommitted changes; commit them (one commit per patch) first")
+    untracked = [ln for ln in git(tree, "ls-files", "--others", "--exclude-standard").splitlines() if ln]
+    if untracked:
+        more = f" and {len(untracked) - 3} more" if len(untracked) > 3 else ""
+        raise UserError(f"{tree}: files git does not track: {', '.join(untracked[:3])}{more}: a new file is part of "
+                        "a patch only once committed (git add it and commit, or delete it); nothing was exported")
     old_names: list[str] = state["names"]
     old_by_id = {}
     for n in old_names:
@@ -120,6 +168,8 @@ def export(tree: Path, series_dir: Path | None = None) -> list[str]:
         git(tree, "format-patch", "-q", "--zero-commit", "--no-signature", "--no-numbered", "-o", td,
             "upstream..HEAD")
         produced = sorted(Path(td).glob("*.patch"))
+        for f in produced:
+            _check_commit(f)
         names: list[str] = []
         used_numbers = {int(NAME_RE.match(n)[1]) for n in old_names}  # type: ignore[index]
         next_no = max(used_numbers, default=0) + 1
@@ -152,5 +202,5 @@ def export(tree: Path, series_dir: Path | None = None) -> list[str]:
     if not series_file.exists() or series_file.read_text() != text:
         series_file.write_text(text)
     state["names"] = names
-    state_file.write_text(json.dumps(state, indent=1) + "\n")
+    (tree / ".git" / STATE).write_text(json.dumps(state, indent=1) + "\n")
     return names

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import read_bytes, read_text
 from .diff import DiffParseError, FileDiff, parse_diff
 
 NAME_RE = re.compile(r"^(\d{4})-[a-z0-9][a-z0-9._-]*\.patch$")
@@ -100,17 +101,24 @@ def _decode_header(v: str) -> str:
 
 
 def parse_patch(path: Path) -> Patch:
-    raw = path.read_bytes()
+    raw = read_bytes(path)
     p = Patch(name=path.name, path=path, raw=raw)
     text = raw.decode("utf-8", errors="replace")
     if not text.startswith("From "):
         raise UserError(f"patch {path.name}: not in `git format-patch` form (first line must be 'From <sha> ...')")
+    head_crlf = text.split("\n", 1)[0].endswith("\r")
+    if head_crlf:
+        raise UserError(f"patch {path.name}: CRLF line ends (a patch is LF text, as `git format-patch` writes it; "
+                        "an editor or git's autocrlf converted it)")
     head, _, rest = text.partition("\n\n")
     hdr = _unfold_headers(head)
     p.author = _decode_header(hdr.get("From", ""))
     p.date = hdr.get("Date", "")
     p.subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", _decode_header(hdr.get("Subject", "")))
-    body, sep, _ = rest.partition("\n---\n")
+    if rest.startswith("---\n"):  # a commit with a subject only: git format-patch writes no body at all
+        body, sep = "", "---"
+    else:
+        body, sep, _ = rest.partition("\n---\n")
     if not sep:
         raise UserError(f"patch {path.name}: no '---' line between the message and the diff")
     p.body = body.strip("\n")
@@ -163,12 +171,31 @@ def header_problems(p: Patch) -> list[str]:
         probs.append(f"Logical-Id {lid!r} is not like P3")
     if not p.files:
         probs.append("no diff")
+    for fd in p.files:
+        for gp in dict.fromkeys(x for x in (fd.old_path, fd.new_path) if x):
+            why = unsafe_path(gp)
+            if why:
+                probs.append(f"path {gp} {why}")
     return probs
+
+
+def unsafe_path(git_path: str) -> str | None:
+    """Why a path in a patch cannot name a file of the upstream tree (None: it can)."""
+    parts = git_path.split("/")
+    if git_path.startswith("/"):
+        return "is absolute"
+    if any(x in ("..", ".") for x in parts):
+        return "has a '.' or '..' component (it would leave or alias the package)"
+    if "" in parts:
+        return "has an empty component ('//' or a trailing '/')"
+    if "\\" in git_path or any(ord(c) < 0x20 for c in git_path):
+        return "has a backslash or a control character"
+    return None
 
 
 def read_series_file(series_path: Path) -> list[str]:
     names = []
-    for lineno, line in enumerate(series_path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text(series_path).splitlines(), 1):
         s = line.split("#", 1)[0].strip()
         if not s:
             continue
@@ -183,6 +210,8 @@ def load_series(series_dir: Path, base: str, package: str) -> Series:
     if not series_dir.is_dir():
         return Series(base, package, series_dir, [])
     if not series_path.is_file():
+        if series_path.exists():
+            raise UserError(f"{series_path}: is not a file (the series file lists the patches in order)")
         raise UserError(f"{series_dir}: has no series file")
     names = read_series_file(series_path)
     dupes = {n for n in names if names.count(n) > 1}

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_blackwell.artifacts.index import build_index
+from sglang_blackwell.patchset.bases import load_base
+from sglang_blackwell.patchset.labellock import write_lock
 from support.wheel_world import PATCH_TEMPLATE, gate_patch, make_wheel, sha256
 
 KERNEL_FILES = {  # the sglang-kernel 0.4.4 layout, with incompressible stand-in libraries
@@ -167,6 +169,7 @@ files = [{{ filename = "{kw.name}", url = "{server.url}/{kw.name}", sha256 = "{s
     (base / "sglang" / "series").write_text("0001-gate-accepts-12.patch\n")
     (base / "flashinfer" / "0001-norm-tag.patch").write_text(norm_patch())
     (base / "flashinfer" / "series").write_text("0001-norm-tag.patch\n")
+    write_lock(load_base(base))  # the label rule: build (and so bundle) refuse an unlocked label
     # the package index: the dependency wheels, the kernel (a runtime pin it serves) and a stand-in torch, all that
     # the lock's resolution needs
     deps = dep_wheels(tmp_path / "depwheels")

@@ -18,7 +18,7 @@ from sglang_blackwell.artifacts.wheel import check_record, wheel_version_ok
 from sglang_blackwell.errors import ApplyError, UserError
 from sglang_blackwell.patchset.bases import get_base
 from support.wheel_check import installer_problems
-from support.wheel_world import ORIGINAL, PATCHED, make_wheel, sha256
+from support.wheel_world import ORIGINAL, PATCHED, make_wheel, relock, sha256
 
 
 def test_build_tiny_base(tiny_base, tmp_path):
@@ -59,6 +59,7 @@ def test_patch_that_no_longer_applies_names_patch_and_hunk(tiny_base, server, tm
     old_sha = get_base("9.9.9").package("sglang").files[0].sha256
     old_size = get_base("9.9.9").package("sglang").files[0].size
     toml.write_text(text.replace(old_sha, sha256(whl)).replace(f"size = {old_size}", f"size = {whl.stat().st_size}"))
+    relock(tiny_base)
     with pytest.raises(ApplyError) as e:
         build(get_base("9.9.9"), tmp_path / "dist")
     assert e.value.patch == "0001-gate-accepts-12.patch" and e.value.hunk == 1
@@ -69,6 +70,7 @@ def test_rewrite_of_a_requirement_upstream_dropped_is_an_error(tiny_base, tmp_pa
     toml = tiny_base / "base.toml"
     toml.write_text(toml.read_text().replace('"flashinfer_python" = "flashinfer_python==0.6.4"',
                                              '"cuda-python" = "cuda-python~=13.0"'))
+    relock(tiny_base)
     with pytest.raises(UserError, match=r"requires_rewrite names \['cuda-python'\]"):
         build(get_base("9.9.9"), tmp_path / "dist")
     assert not list((tmp_path / "dist").glob("*.whl"))
@@ -85,6 +87,7 @@ def test_killed_build_leaves_no_wheel_and_no_cache_entry(tiny_base, server, tmp_
     toml = tiny_base / "base.toml"
     toml.write_text(toml.read_text().replace(art.sha256, sha256(big)).replace(f"size = {art.size}",
                                                                                 f"size = {big.stat().st_size}"))
+    relock(tiny_base)
     server.slow[art.filename] = 0.02
     dist = tmp_path / "dist"
     proc = subprocess.Popen([sys.executable, "-m", "sglang_blackwell.cli", "build", "--out", str(dist)],
@@ -100,9 +103,11 @@ def test_killed_build_leaves_no_wheel_and_no_cache_entry(tiny_base, server, tmp_
     proc.wait()
     assert not list(dist.glob("*.whl")) and not list(dist.glob("*.json"))
     assert not (tmp_path / "cache" / "artifacts").exists() or not list((tmp_path / "cache" / "artifacts").iterdir())
+    assert list(partial.iterdir()), "the killed download's directory is there (what the next fetch must sweep)"
     server.slow.clear()
     (w,), _ = build(get_base("9.9.9"), dist)
     assert w.path.exists() and not list(dist.glob(".sglang-blackwell-tmp-*"))
+    assert not list(partial.iterdir()), f"the killed download's files are left forever: {list(partial.iterdir())}"
 
 
 @pytest.mark.network

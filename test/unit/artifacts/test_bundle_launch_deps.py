@@ -61,7 +61,7 @@ def test_a_broken_launch_deps_file_is_named(tmp_path):
     with pytest.raises(UserError, match=r"launch_deps.toml: \[launch_deps\] must map"):
         load_launch_deps(get_base("0.5.14"), bad)
     bad.write_text("[lines\n")
-    with pytest.raises(UserError, match="launch_deps.toml: cannot read"):
+    with pytest.raises(UserError, match="launch_deps.toml: not valid TOML"):
         load_launch_deps(get_base("0.5.14"), bad)
 
 

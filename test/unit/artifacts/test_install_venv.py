@@ -15,7 +15,7 @@ import pytest
 
 from sglang_blackwell.artifacts.build import build
 from sglang_blackwell.artifacts.index import build_index
-from sglang_blackwell.artifacts.install import install
+from sglang_blackwell.artifacts.install import dist_state, install
 from sglang_blackwell.patchset.bases import get_base, load_base
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
@@ -84,9 +84,10 @@ def test_full_install_is_the_lock_with_require_hashes_then_the_cuda13_runtime(re
     hashes = dist / f"hashes-0.5.9-py{py.replace('.', '')}.txt"
     assert hashed == [sys.executable, "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", str(lock),
                       "-r", str(hashes)]
-    ours = [ln.split()[0] for ln in hashes.read_text().splitlines()]
-    assert sorted(Path(p).name for p in ours) == [f"flashinfer_python-0.6.4+{LABEL}-py3-none-any.whl",
-                                                  f"sglang-0.5.9+{LABEL}-py3-none-any.whl"]
+    assert not hashes.exists(), "a dry run writes nothing (install writes the hashes file first)"
+    ours = dist_state(base, dist, py).wheels  # what the hashes file will list
+    assert sorted(p.name for p in ours) == [f"flashinfer_python-0.6.4+{LABEL}-py3-none-any.whl",
+                                            f"sglang-0.5.9+{LABEL}-py3-none-any.whl"]
     # the pins the index cannot serve come after the hashed set, from their own index
     assert "torch==2.9.1+cu130" in outside and "torchaudio==2.9.1+cu130" in outside
     assert any(c.startswith("sgl-kernel @ https://github.com/sgl-project/whl/releases/download/v0.3.21/")

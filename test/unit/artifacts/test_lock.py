@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_blackwell.artifacts.build import build
 from sglang_blackwell.artifacts.deps import read_pins
 from sglang_blackwell.artifacts.install import install
 from sglang_blackwell.artifacts.lock import (
@@ -29,6 +30,7 @@ from sglang_blackwell.artifacts.lock import (
 from sglang_blackwell.cli import main as cli_main
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, list_bases, load_base
+from sglang_blackwell.patchset.labellock import write_lock
 from support.wheel_world import ORIGINAL, Server, gate_patch, make_wheel, pip_sees_only, sha256
 
 REPO = Path(__file__).resolve().parents[3]
@@ -109,6 +111,7 @@ files = [{{ filename = "{kw.name}", sha256 = "{sha256(kw)}" }}]
 """)
     (base / "sglang" / "0001-gate-accepts-12.patch").write_text(gate_patch())
     (base / "sglang" / "series").write_text("0001-gate-accepts-12.patch\n")
+    write_lock(load_base(base))  # the label rule: build (and so lock and install) refuse an unlocked label
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(base.parent))
     monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
     pip_sees_only(monkeypatch, f"{server.url}/simple/")
@@ -225,15 +228,19 @@ def test_install_dry_run_shows_require_hashes(tmp_path, server, torch_index, mon
     _world(tmp_path, server, monkeypatch, torch_index)
     base, lock = _lock(server)
     dist = tmp_path / "dist"
+    build(base, dist)  # a dry run builds nothing: dist/ is current here
     assert cli_main(["install", "--dist", str(dist), "--dry-run"]) == 0
-    first, second = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr()
+    first, second = out.out.strip().splitlines()
     exe = sys.executable
     hashes = dist / f"hashes-9.9.9-{TAG}.txt"
     assert first == f"{exe} -m pip install --require-hashes --no-deps -r {lock_path(base, PY)} -r {hashes}"
     assert second == (f"{exe} -m pip install --extra-index-url {torch_index.url}/simple/ torch==2.0.0+cu999 "
                       "tv==1.0+cu999")
+    assert not hashes.exists() and f"dry run: install writes {hashes} first" in out.err  # a dry run writes nothing
+    assert cli_main(["install", "--dist", str(dist), "--dry-run", "--no-deps"]) == 0  # and never builds
     (ours,) = dist.glob("sglang-*.whl")
-    assert hashes.read_text() == f"{ours.resolve()} --hash=sha256:{sha256(ours)}\n"
+    assert capsys.readouterr().out.split()[4] == str(ours)
 
 
 def test_install_without_a_lock_names_what_is_missing(tmp_path, server, torch_index, monkeypatch):

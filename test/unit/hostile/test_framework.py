@@ -35,3 +35,11 @@ def test_the_four_classes(tmp_path: Path):
     two = hostile.check(Case("two-lines", "11", []), tmp_path,
                         cli=_cli("import sys; print('a\\nb', file=sys.stderr); sys.exit(2)"))
     assert two.cls == "wrong" and "one line" in two.why
+
+
+def test_only_the_net_caught_it_is_a_traceback(tmp_path: Path):
+    line = ("sglang-blackwell build: internal error: KeyError: 'x' (unexpected KeyError at build.py:9 in build); this "
+            "is a bug of sglang-blackwell 0.1.0: please report it with /tmp/r.txt")
+    net = hostile.check(Case("net", "11", [], rc=70), tmp_path,
+                        cli=_cli(f"import sys; print({line!r}, file=sys.stderr); sys.exit(70)"))
+    assert net.cls == "traceback" and "net" in net.why

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 from sglang_blackwell.artifacts.index import build_index
 from sglang_blackwell.errors import IntegrityError, UserError
 from sglang_blackwell.patchset.bases import Artifact, get_base
-from sglang_blackwell.patchset.fetch import cached_path, fetch, tag_flags
+from sglang_blackwell.patchset.fetch import cached_path, fetch, record_path, tag_flags
 from support.wheel_world import pip_sees_only
 
 REPO = Path(__file__).resolve().parents[3]
@@ -195,3 +196,47 @@ def test_no_pip_is_one_clear_line(tiny_base, tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{py} has no pip" in lines[0] and "ensurepip" in lines[0], r.stderr
+
+
+def test_a_wrong_pin_never_deletes_the_verified_entry_nor_downloads(tiny_base, server, tmp_path):
+    """Issue 18 item 3: the cache records what it verified, so a pin that now disagrees is named as the pin that
+    changed; nothing is downloaded (a 615 MB kernel wheel would be) and the good file stays."""
+    art = _art(tiny_base)
+    p = fetch(art)
+    good = p.read_bytes()
+    rec = json.loads(record_path(art).read_text())
+    assert (rec["sha256"], rec["size"]) == (art.sha256, art.size) and rec["verified"]
+    hits = len(server.hits)
+    for wrong in (Artifact(art.filename, art.url, "0" * 64, art.size, origin="base.toml [[patched]] #1 file #1"),
+                  Artifact(art.filename, art.url, art.sha256, art.size + 1, origin="base.toml [[patched]] #1 file #1")):
+        with pytest.raises(IntegrityError, match=r"base.toml \[\[patched\]\] #1 file #1: the pin changed: "
+                                                 r"(sha256 = '0{64}'|size = \d+) .* nothing was downloaded or deleted"):
+            fetch(wrong)
+        assert p.read_bytes() == good
+    assert len(server.hits) == hits, "a disagreeing pin made a download"
+    assert fetch(art) == p  # the right pin still finds it
+
+
+def test_a_changed_entry_is_replaced_only_by_a_file_matching_the_pin(tiny_base, server, tmp_path, monkeypatch):
+    art = _art(tiny_base)
+    p = fetch(art)
+    p.write_bytes(b"bitrot")
+    monkeypatch.setenv("SGLANG_BLACKWELL_OFFLINE", "1")
+    with pytest.raises(IntegrityError, match=r"changed since it was verified on .*the cache entry was kept"):
+        fetch(art)
+    assert p.read_bytes() == b"bitrot"  # offline: nothing can replace it, so it is not deleted either
+    monkeypatch.delenv("SGLANG_BLACKWELL_OFFLINE")
+    (server.root / art.filename).write_bytes(b"X" * art.size)  # the index now serves other bytes too
+    with pytest.raises(IntegrityError, match=r"the cache entry .* was kept"):
+        fetch(art)
+    assert p.read_bytes() == b"bitrot"
+
+
+def test_an_entry_without_a_record_is_kept_when_the_download_disagrees(tiny_base, server, tmp_path):
+    art = _art(tiny_base)
+    p = fetch(art)
+    record_path(art).unlink()  # a cache from before records
+    wrong = Artifact(art.filename, art.url, "1" * 64, art.size)
+    with pytest.raises(IntegrityError, match="the cache entry .* was kept"):
+        fetch(wrong)
+    assert p.is_file() and fetch(art) == p and record_path(art).is_file()

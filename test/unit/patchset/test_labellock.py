@@ -39,7 +39,8 @@ def test_changed_patch_needs_a_new_label(tiny_base):
     r = _cli("check")
     assert r.returncode == 1
     assert (f"base 9.9.9: wheels labelled +sm120.7 were made from other inputs (the sglang series changed since "
-            f"sm120.7 was recorded): bump local_label in {tiny_base / 'base.toml'} and run "
+            f"sm120.7 was recorded in {tiny_base / 'LABEL.lock'}): bump local_label in {tiny_base / 'base.toml'} "
+            "and run "
             "`sglang-blackwell label lock --base 9.9.9`") in r.stderr
     with pytest.raises(UserError, match="sm120.7 was recorded with other inputs"):
         write_lock(get_base("9.9.9"))
