@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +50,17 @@ def parse_junit(path: Path) -> dict[str, Any]:
     return {"counts": counts, "cases": cases}
 
 
-def load_facts(path: Path) -> dict[str, Any]:
+def load_facts(path: Path, schema: str = FACTS_SCHEMA) -> dict[str, Any]:
+    """The facts a GPU suite wrote (schema: which suite's), {} when it never got to write them."""
     if not path.is_file():
         return {}  # the suite never got to write one (collection error, killed): the receipt says so
     try:
         facts = json.loads(path.read_text())
     except ValueError as e:
         raise UserError(f"--facts {path}: not JSON: {e}") from None
-    if facts.get("schema") != FACTS_SCHEMA:
-        raise UserError(f"--facts {path}: schema {facts.get('schema')!r}, expected {FACTS_SCHEMA!r}")
+    if not isinstance(facts, dict) or facts.get("schema") != schema:
+        got = facts.get("schema") if isinstance(facts, dict) else type(facts).__name__
+        raise UserError(f"--facts {path}: schema {got!r}, expected {schema!r}")
     return facts
 
 
@@ -156,12 +159,15 @@ def receipt_name(now: dt.datetime | None = None) -> str:
     return f"lab-line-gpu-suite-{now.strftime('%Y-%m-%d')}.json"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m sglang_blackwell.qualify.gpu_suite_receipt",
-                                 description=__doc__.strip().splitlines()[0])
+def receipt_cli(argv: list[str] | None, *, prog: str, description: str, what: str,
+                receipt_name: Callable[[], str], build: Callable[..., dict[str, Any]],
+                load: Callable[[Path], dict[str, Any]]) -> int:
+    """The command line of a GPU-suite receipt writer (this module's and the user path's): --junit, --facts,
+    --out, --pytest-rc; a JUnit file pytest never wrote is recorded as missing, not an error."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--junit", required=True, help="pytest --junitxml output")
-    ap.add_argument("--facts", required=True, help="facts.json the suite wrote into $SGLB_OUT")
-    ap.add_argument("--out", required=True, help="directory for lab-line-gpu-suite-<date>.json")
+    ap.add_argument("--facts", required=True, help=f"facts.json {what} wrote into $SGLB_OUT")
+    ap.add_argument("--out", required=True, help=f"directory for {receipt_name().rsplit('-', 3)[0]}-<date>.json")
     ap.add_argument("--pytest-rc", type=int, help="pytest's exit code (recorded; 0 is needed for passed)")
     a = ap.parse_args(argv)
     try:
@@ -169,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         junit = parse_junit(junit_path) if junit_path.is_file() else {
             "counts": {"passed": 0, "failed": 0, "error": 0, "skipped": 0}, "cases": [],
             "missing": f"{junit_path} not written (pytest did not get to the end)"}
-        facts = load_facts(Path(a.facts))
-        r = build_receipt(facts, junit, pytest_rc=a.pytest_rc, command=[Path(sys.argv[0]).name, *sys.argv[1:]])
+        facts = load(Path(a.facts))
+        r = build(facts, junit, pytest_rc=a.pytest_rc, command=[Path(sys.argv[0]).name, *sys.argv[1:]])
         path = receipts.write_receipt(r, Path(a.out) / receipt_name())
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -178,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(r["summary"], indent=1))
     print(f"receipt: {path}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return receipt_cli(argv, prog="python3 -m sglang_blackwell.qualify.gpu_suite_receipt",
+                       description=(__doc__ or "").strip().splitlines()[0], what="the suite",
+                       receipt_name=receipt_name, build=build_receipt, load=load_facts)
 
 
 if __name__ == "__main__":

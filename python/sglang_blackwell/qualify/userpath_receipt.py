@@ -11,16 +11,14 @@ accept_len (the EAGLE-3 server's), startup_s of each server, passed. A value is 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from .. import receipts
-from ..errors import UserError
-from .gpu_suite_receipt import installed_stack, parse_junit
+from .gpu_suite_receipt import installed_stack, receipt_cli
+from .gpu_suite_receipt import load_facts as suite_facts
 
 KIND = "lab-userpath"
 FACTS_SCHEMA = "sglang-blackwell/userpath-facts/1"
@@ -30,15 +28,7 @@ API = "openai"
 
 
 def load_facts(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}  # the tests never got to write one (collection error, killed): the receipt says so
-    try:
-        facts = json.loads(path.read_text())
-    except ValueError as e:
-        raise UserError(f"--facts {path}: not JSON: {e}") from None
-    if facts.get("schema") != FACTS_SCHEMA:
-        raise UserError(f"--facts {path}: schema {facts.get('schema')!r}, expected {FACTS_SCHEMA!r}")
-    return facts
+    return suite_facts(path, FACTS_SCHEMA)
 
 
 def _server(facts: dict[str, Any], name: str) -> dict[str, Any]:
@@ -86,27 +76,9 @@ def receipt_name(now: dt.datetime | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m sglang_blackwell.qualify.userpath_receipt",
-                                 description=__doc__.strip().splitlines()[0])
-    ap.add_argument("--junit", required=True, help="pytest --junitxml output")
-    ap.add_argument("--facts", required=True, help="facts.json the tests wrote into $SGLB_OUT")
-    ap.add_argument("--out", required=True, help="directory for lab-userpath-<date>.json")
-    ap.add_argument("--pytest-rc", type=int, help="pytest's exit code (recorded; 0 is needed for passed)")
-    a = ap.parse_args(argv)
-    try:
-        junit_path = Path(a.junit)
-        junit = parse_junit(junit_path) if junit_path.is_file() else {
-            "counts": {"passed": 0, "failed": 0, "error": 0, "skipped": 0}, "cases": [],
-            "missing": f"{junit_path} not written (pytest did not get to the end)"}
-        facts = load_facts(Path(a.facts))
-        r = build_receipt(facts, junit, pytest_rc=a.pytest_rc, command=[Path(sys.argv[0]).name, *sys.argv[1:]])
-        path = receipts.write_receipt(r, Path(a.out) / receipt_name())
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(r["summary"], indent=1))
-    print(f"receipt: {path}")
-    return 0
+    return receipt_cli(argv, prog="python3 -m sglang_blackwell.qualify.userpath_receipt",
+                       description=(__doc__ or "").strip().splitlines()[0], what="the tests",
+                       receipt_name=receipt_name, build=build_receipt, load=load_facts)
 
 
 if __name__ == "__main__":
