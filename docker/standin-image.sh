@@ -2,10 +2,12 @@
 # Builds docker/Dockerfile on a CPU machine with no Docker engine and no registry (`make image-test`, .ci/run):
 #
 #  1. A stand-in for the CUDA base image, which cannot be pulled here: Debian (minbase) made with debootstrap.
-#     The default suite, trixie (Debian 13), is the Debian release nearest the CUDA image's Ubuntu 24.04 (noble was
-#     cut from Debian testing on its way to trixie: glibc 2.41 vs 2.39, gcc 14 vs 13). Its python3 is 3.13, the
-#     CUDA image's 3.12: the default base's wheels (0.5.9) are py3-none-any, the same files the real image
-#     installs; 0.5.14 and 0.5.23 pin cp313 wheels for it (BASE=...).
+#     The default suite is bookworm (Debian 12): the newest Debian whose python3 (3.11) the bases' hashed locks
+#     cover. trixie (Debian 13) is nearer the CUDA image's Ubuntu 24.04 (glibc 2.41 vs 2.39), but its python3 is
+#     3.13, and no base installs there (sglang requires outlines==0.1.11 -> outlines_core 0.1.26, which has no
+#     cp313 wheel: patches/<base>/locks/lock.toml [unsupported]). The default base's wheels (0.5.9) are
+#     py3-none-any, the same files the real image (python 3.12) installs; 0.5.14 and 0.5.23 pin cp311 wheels for
+#     it (BASE=...).
 #  2. buildah (chroot isolation, Docker image format so that the HEALTHCHECK is kept; overlay storage where
 #     this kernel lets root mount overlayfs, else vfs) builds the Dockerfile the way release.yml does: the manifest stage, then the runtime stage labelled from that stage's
 #     labels.txt, the builder stage built once (--layers). CUDA_IMAGE is the stand-in, CUDA_ARCHS is empty (no
@@ -23,7 +25,7 @@
 #   TAG      the image built                                         (default localhost/sglang-blackwell:standin)
 #   CACHE    files kept between runs, which CI caches: debootstrap's and apt's packages, and the Dockerfile's
 #            cache mount (pip, sglang-blackwell's artifact cache)     (default ~/.cache/sglang-blackwell/image)
-#   SUITE    Debian release of the stand-in                                                    (default trixie)
+#   SUITE    Debian release of the stand-in                                                  (default bookworm)
 #   BASE     base line                                                      (default: the Dockerfile's ARG BASE)
 #   SRC      build context                                                        (default: this script's checkout)
 set -euo pipefail
@@ -31,7 +33,7 @@ set -euo pipefail
 : "${STORAGE:?STORAGE: a directory for the buildah storage (several GB)}"
 TAG=${TAG:-localhost/sglang-blackwell:standin}
 CACHE=${CACHE:-$HOME/.cache/sglang-blackwell/image}
-SUITE=${SUITE:-trixie}
+SUITE=${SUITE:-bookworm}
 SRC=${SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 BASE=${BASE:-}
 

@@ -104,7 +104,7 @@ def test_labels_are_the_build_manifests(built, config, image_dist):
                                          f"{LABEL_NS}.standin-base"}
     assert labels[f"{LABEL_NS}.nccl-profile"] == df.arg("NCCL_PROFILE")
     assert labels[f"{LABEL_NS}.cuda-archs"] == ""  # the stand-in build: no AOT modules
-    assert labels[f"{LABEL_NS}.standin-base"] == "debian:trixie"
+    assert labels[f"{LABEL_NS}.standin-base"] == "debian:bookworm"
 
 
 def test_the_image_carries_the_wheels_make_builds(image_dist, tmp_path):
@@ -112,7 +112,7 @@ def test_the_image_carries_the_wheels_make_builds(image_dist, tmp_path):
     independent reader (PyPA's installer) accepts their RECORD."""
     base = get_base(None)
     manifest = json.loads((image_dist / f"manifest-{base.name}.json").read_text())
-    assert manifest["base"] == base.name and manifest["python"] == "3.13"  # Debian trixie's python3
+    assert manifest["base"] == base.name and manifest["python"] == "3.11"  # Debian bookworm's python3
     here, _ = build(base, tmp_path / "dist")
     want = {w.path.name: hashlib.sha256(w.path.read_bytes()).hexdigest() for w in here}
     in_image = {w["output"]["filename"]: w["output"]["sha256"] for p in manifest["packages"] for w in p["wheels"]}
@@ -139,7 +139,7 @@ def test_the_entrypoint_reaches_the_patched_sglang(config, ctr, image_dist):
     assert r.returncode == 1, r.stdout + r.stderr
     frames = [ln.strip() for ln in r.stderr.splitlines() if ln.strip().startswith('File "')]
     assert frames[0].startswith('File "<frozen runpy>"')  # python -m sglang.launch_server
-    assert frames[-1].startswith('File "/opt/venv/lib/python3.13/site-packages/sglang/'), frames
+    assert frames[-1].startswith('File "/opt/venv/lib/python3.11/site-packages/sglang/'), frames
     missing = r.stderr.rsplit("ModuleNotFoundError: No module named '", 1)[1].split("'")[0].split(".")[0]
     reqs = json.loads(ok(ctr.run("python", "-c", "import importlib.metadata as m, json; "
                                                  "print(json.dumps(m.requires('sglang')))")))
@@ -214,10 +214,10 @@ def test_the_healthcheck_command(config, ctr):
         srv.shutdown()
 
 
-def test_the_stand_in_is_debian_trixie(ctr):
+def test_the_stand_in_is_debian_bookworm(ctr):
     osr = dict(ln.split("=", 1) for ln in ok(ctr.run("cat", "/etc/os-release")).splitlines() if "=" in ln)
-    assert osr["ID"] == "debian" and osr["VERSION_CODENAME"] == "trixie"
-    assert ok(ctr.run(VENV_PY, "-c", "import sys; print(sys._base_executable)")).strip() == "/usr/bin/python3.13"
+    assert osr["ID"] == "debian" and osr["VERSION_CODENAME"] == "bookworm"
+    assert ok(ctr.run(VENV_PY, "-c", "import sys; print(sys._base_executable)")).strip() == "/usr/bin/python3.11"
 
 
 def test_the_build_context_stays_in_the_builder_stage(ctr):
