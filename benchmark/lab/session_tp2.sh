@@ -24,7 +24,8 @@
 #                     it; the config; the scripts (bash -n)
 #
 # The machine must stay warm between the calls (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on
-# it. If C answers exit 3 (files missing), it went cold: start again at A. Every process runs with
+# it. If C answers exit 3 (files missing), it went cold: start again at A. BUNDLE_ID=<the id `sglang-blackwell
+# bundle` printed> in A, B and C: install.sh --expect-id refuses any other bundle (exit 4). Every process runs with
 # NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA.
 # What comes back: A installed-lab-image.txt, stepA.tar.gz; C the GPU suite's receipt, JUnit XML, log, artifacts;
 # D/E/G stepD.tar.gz (receipt, runs, plots, server logs, the harness log) and stepD-traces.tar.partNN (every
@@ -42,7 +43,7 @@ log() { echo "[session_tp2 $(( $(date +%s) - T0 ))s] $*"; }
 
 stepA() {
   local o=/tmp/oA; rm -rf "$o"; mkdir -p "$o"
-  bash .whl/c1/install.sh --stage /tmp/bundle --stage-only > "$o/stage.log" 2>&1
+  bash .whl/c1/install.sh --stage /tmp/bundle --stage-only ${BUNDLE_ID:+--expect-id "$BUNDLE_ID"} > "$o/stage.log" 2>&1
   local rc=$?; cat "$o/stage.log"; [ $rc = 0 ] || return $rc
   python3 -m pip list --format=freeze > "$OUT/installed-lab-image.txt"
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv; nvidia-smi topo -m; } \
@@ -59,12 +60,14 @@ stepA() {
 }
 
 stepB() {
-  bash .whl/c2/install.sh --stage /tmp/bundle --stage-only > "$OUT/stage-c2.log" 2>&1
+  bash .whl/c2/install.sh --stage /tmp/bundle --stage-only ${BUNDLE_ID:+--expect-id "$BUNDLE_ID"} \
+    > "$OUT/stage-c2.log" 2>&1
   local rc=$?; cat "$OUT/stage-c2.log"; return $rc
 }
 
 stepC() {
-  bash .whl/c3/install.sh --stage /tmp/bundle --target /tmp/site > "$OUT/install.log" 2>&1
+  bash .whl/c3/install.sh --stage /tmp/bundle --target /tmp/site ${BUNDLE_ID:+--expect-id "$BUNDLE_ID"} \
+    > "$OUT/install.log" 2>&1
   local rc=$?; cat "$OUT/install.log"; [ $rc = 0 ] || return $rc  # 3: chunks missing (the machine went cold)
   log "AOT slots: $(find /tmp/site/flashinfer/data/aot -name '*.so' 2>/dev/null | tr '\n' ' ')"
   SGLB_LAB_TARGET=$PAIR/target SGLB_LAB_DRAFT=$PAIR/draft SGLB_LAB_LAYERS=61 \
@@ -89,7 +92,7 @@ stepF() {
   log "bench allreduce: $(grep -E 'bench rc=|gpu test rc=' "$o/ar/run.log" 2>/dev/null | tr '\n' ' ')"
   tail -25 "$o/ar/bench.log" 2>/dev/null
   SGLB_LAB_TARGET=$PAIR/target SGLB_LAB_DRAFT=$PAIR/draft PYTHONPATH=$PWD/python:/tmp/site \
-    timeout 300 bash benchmark/lab/serve_check.sh "$o/ar/allreduce_table.json" "$o/serve" > "$o/serve_check.log" 2>&1
+    timeout 240 bash benchmark/lab/serve_check.sh "$o/ar/allreduce_table.json" "$o/serve" > "$o/serve_check.log" 2>&1
   local rc=$?
   log "serve --table on $PAIR: exit $rc"; tail -30 "$o/serve_check.log"
   tar -czf "$OUT/stepF.tar.gz" -C "$o" .

@@ -391,7 +391,7 @@ def _verify_ranks_problem(v: Any) -> str | None:
     for k in ("fused_call_us", "nccl_call_us", "add_rmsnorm_us", "rank0_fused_call_us", "rank0_nccl_call_us"):
         if v.get(k) is not None and not (isinstance(v[k], dict) and _number(v[k].get("p50"))):
             return f"profile.verify_ranks.{k} lacks a numeric p50"
-    for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "wait_share"):
+    for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "idle_at_calls_ms", "wait_share"):
         if v.get(k) is not None and not (isinstance(v[k], list)
                                          and all(x is None or _number(x) for x in v[k])):
             return f"profile.verify_ranks.{k} is not a list of numbers (one per rank)"

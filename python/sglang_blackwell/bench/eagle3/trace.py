@@ -231,12 +231,14 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
     slower (its kernels, its own idle gaps) sets the step's cost, as it does for the next token. Medians over
     steps keep a rare slow step from moving it.
 
-    Also: per rank the raw window, waits, busy time and GPU idle time (medians over steps) and the waiting share
-    of the window; per call, the meeting kernels' durations at the last-arriving rank (min over ranks: no
-    waiting in them) for the fused kernel and NCCL's all-reduce, the add+RMSNorm kernel's duration, and rank 0's
-    raw durations (waits included, as a rank-0 trace alone shows them); meeting kernels per verify; the spread of
-    the step start across ranks (needs the ranks' shared host clock: one machine). With one rank there is nothing
-    to wait for: verify_ms is the median window."""
+    Also: per rank the raw window, waits, busy time, GPU idle time and the part of it right before meeting
+    kernels (medians over steps) and the waiting share of the window; per rank the summed raw durations of the
+    fused, NCCL all-reduce, other collective and add+RMSNorm kernels (kernel_ms, waits included); per call, the
+    meeting kernels' durations at the last-arriving rank (min over ranks: no waiting in them) for the fused
+    kernel and NCCL's all-reduce, the add+RMSNorm kernel's duration, and rank 0's raw durations (waits included,
+    as a rank-0 trace alone shows them); meeting kernels per verify; the spread of the step start across ranks
+    (needs the ranks' shared host clock: one machine). With one rank there is nothing to wait for: verify_ms is
+    the median window."""
     ranks = len(per_rank)
     out: dict[str, Any] = {"ranks": ranks, "steps_per_rank": [len(s) for s in per_rank]}
     if not ranks or not all(per_rank):
@@ -248,8 +250,8 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
         return {**out, "verify_ms": None,
                 "why": "no step whose meeting kernels (all-reduces, collectives) are the same on every rank"}
     cost, floors = [], {"fused": [], "nccl_ar": [], "sync": []}
-    per = {k: [[] for _ in range(ranks)] for k in ("window", "wait", "busy", "idle", "fused", "nccl_ar", "sync",
-                                                     "add_rmsnorm")}
+    per = {k: [[] for _ in range(ranks)] for k in ("window", "wait", "busy", "idle", "idle_at_calls", "fused",
+                                                     "nccl_ar", "sync", "add_rmsnorm")}
     raw0: dict[str, list[float]] = {"fused": [], "nccl_ar": []}
     skew, per_step = [], []
     for g in matched:
@@ -262,7 +264,7 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
         cost.append(max(busy))
         for r, s in enumerate(g):
             for k, v in (("window", s.window), ("wait", waits[r]), ("busy", busy[r]), ("idle", s.window - s.active),
-                         ("add_rmsnorm", sum(s.add_rmsnorm))):
+                         ("idle_at_calls", sum(c[3] - c[2] for c in s.calls)), ("add_rmsnorm", sum(s.add_rmsnorm))):
                 per[k][r].append(v)
             for lbl in MEETING_LABELS:
                 per[lbl][r].append(sum(c[2] for c in s.calls if c[0] == lbl))
@@ -276,6 +278,7 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
     out.update(
         verify_ms=round(median(cost) / 1e3, 4), verify_ms_min=round(min(cost) / 1e3, 4),
         window_ms=ms["window"], wait_ms=ms["wait"], busy_ms=ms["busy"], idle_ms=ms["idle"],
+        idle_at_calls_ms=ms["idle_at_calls"],
         wait_share=[round(sum(w) / sum(x), 4) if sum(x) else None
                     for w, x in zip(per["wait"], per["window"], strict=True)],
         kernel_ms={k: ms[k] for k in ("fused", "nccl_ar", "sync", "add_rmsnorm")},

@@ -79,8 +79,9 @@ def profile_verify(runs: list[Any]) -> dict[str, Any] | None:
     """The verify time across ranks of an arm's runs (trace.verify_across_ranks per profiler window): the median
     over every step of every run (`verify_ms`; per_step[i][0] is a step's cost), per-run medians with spread,
     per-call kernel medians (the median of the runs' p50s), meeting kernels per verify, and per rank the window,
-    waits, busy and idle time and the waiting share (medians over runs)."""
-    vs = [v for v in runs if isinstance(v, dict) and v.get("verify_ms") is not None]
+    waits, busy and idle time and the waiting share (medians over runs). A window where some rank wrote no trace
+    (missing_ranks) does not count: its waits cannot be told."""
+    vs = [v for v in runs if isinstance(v, dict) and v.get("verify_ms") is not None and not v.get("missing_ranks")]
     if not vs:
         return None
     steps = [row[0] for v in vs for row in v.get("per_step") or [] if row and row[0] is not None]
@@ -99,7 +100,7 @@ def profile_verify(runs: list[Any]) -> dict[str, Any] | None:
             "fused_per_verify": med("fused_per_verify"), "nccl_ar_per_verify": med("nccl_ar_per_verify"),
             "add_rmsnorm_per_verify": med("add_rmsnorm_per_verify"),
             **{k: _per_rank_median([v.get(k) for v in vs])
-               for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "wait_share")},
+               for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "idle_at_calls_ms", "wait_share")},
             "kernel_ms": {k: _per_rank_median([(v.get("kernel_ms") or {}).get(k) for v in vs])
                           for k in ("fused", "nccl_ar", "sync", "add_rmsnorm")}}
 
