@@ -631,18 +631,24 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progr
 
 
 def verify_ranks_line(v: dict[str, Any]) -> str:
+    """One progress line about profile.verify_ranks (every value may be missing: a progress line must not cost
+    the profile)."""
     if v.get("verify_ms") is None:
         return f"verify across {v.get('ranks')} rank(s): {v.get('why', 'no steps')}"
-    waits = ", ".join(f"{w:.3f}" for w in v["wait_ms"])
-    windows = ", ".join(f"{w:.3f}" for w in v["window_ms"])
-    calls = []
-    for label, key in (("fused", "fused_call_us"), ("NCCL all-reduce", "nccl_call_us"),
-                       ("add+RMSNorm", "add_rmsnorm_us")):
-        if v.get(key):
-            calls.append(f"{label} {v[key]['p50']:.2f} us")
-    return (f"verify across {v['ranks']} rank(s), {v['steps']} steps: {v['verify_ms']:.3f} ms with the waits for "
-            f"the other rank removed (windows {windows} ms, waits {waits} ms per rank); "
-            f"{v['fused_per_verify']:g} fused all-reduces per verify; per call " + (", ".join(calls) or "-"))
+
+    def ms(key: str) -> str:
+        return ", ".join(_fmt(x) for x in v.get(key) or []) or "-"
+
+    calls = [f"{label} {_fmt((v.get(key) or {}).get('p50'))} us" for label, key in (
+        ("fused", "fused_call_us"), ("NCCL all-reduce", "nccl_call_us"), ("add+RMSNorm", "add_rmsnorm_us"))
+        if v.get(key)]
+    return (f"verify across {v.get('ranks')} rank(s), {v.get('steps')} steps: {_fmt(v['verify_ms'])} ms with the "
+            f"waits for the other rank removed (windows {ms('window_ms')} ms, waits {ms('wait_ms')} ms per rank); "
+            f"{_count(v.get('fused_per_verify'))} fused all-reduces per verify; per call " + (", ".join(calls) or "-"))
+
+
+def _count(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
 
 
 def _rank_of(name: str) -> int | None:

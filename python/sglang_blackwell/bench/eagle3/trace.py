@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +246,13 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
         return {**out, "verify_ms": None, "why": "a rank's trace holds no verify step"}
     groups, pairing = _pairing(per_rank)
     matched = [g for g in groups if len({s.labels() for s in g}) == 1]
-    out.update(pairing=pairing, steps=len(matched), unmatched_steps=len(groups) - len(matched))
+    # a step cut by the start or end of the profiler window holds fewer meeting kernels than the others
+    counts = Counter(len(g[0].calls) for g in matched)
+    full = max(counts, key=lambda n: (counts[n], n)) if counts else 0
+    complete = [g for g in matched if len(g[0].calls) == full]
+    out.update(pairing=pairing, steps=len(complete), unmatched_steps=len(groups) - len(matched),
+               incomplete_steps=len(matched) - len(complete))
+    matched = complete
     if not matched:
         return {**out, "verify_ms": None,
                 "why": "no step whose meeting kernels (all-reduces, collectives) are the same on every rank"}
@@ -297,15 +304,26 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
 def profile_traces(paths: list[Path]) -> dict[str, Any]:
     """What one profiler window's traces say, rank 0 first: rank 0's stage_times, and "verify_ranks":
     verify_across_ranks over every rank (each trace loaded, reduced to its steps and let go: a 61-layer trace of
-    32 steps is ~100 MB of JSON), with the attribution method per rank."""
+    32 steps is ~100 MB of JSON), with the attribution method per rank. A file that cannot be read (OSError, or
+    EOFError / ValueError: still being written) raises; a problem of the rank analysis itself is recorded in
+    verify_ranks["error"] and costs rank 0's stage times nothing."""
     res: dict[str, Any] = {}
-    per_rank, methods = [], []
+    per_rank, methods, problem = [], [], None
     for r, p in enumerate(paths):
         events = load_trace(p)
         if r == 0:
             res = stage_times(events)
-        steps, method = rank_steps(events)
+        if problem is None:
+            try:
+                steps, method = rank_steps(events)
+                per_rank.append(steps)
+                methods.append(method)
+            except Exception as e:  # the newer analysis must not cost the stage times
+                problem = f"rank {r}: {type(e).__name__}: {e}"[:300]
         del events
-        per_rank.append(steps)
-        methods.append(method)
-    return {**res, "verify_ranks": {**verify_across_ranks(per_rank), "methods": methods}}
+    if problem is None:
+        try:
+            return {**res, "verify_ranks": {**verify_across_ranks(per_rank), "methods": methods}}
+        except Exception as e:
+            problem = f"{type(e).__name__}: {e}"[:300]
+    return {**res, "verify_ranks": {"ranks": len(paths), "verify_ms": None, "error": problem}}

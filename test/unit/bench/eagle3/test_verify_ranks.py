@@ -138,6 +138,16 @@ def test_steps_whose_meeting_kernels_differ_are_left_out() -> None:
     assert v["verify_ms"] == pytest.approx(SHAPE.cost() / 1e3, abs=MS)
 
 
+def test_a_step_cut_by_the_profiler_window_is_left_out() -> None:
+    trs = rank_traces(SHAPE, 6)
+    for tr in trs:  # the window ended inside the last step on both ranks: its second half is not in the traces
+        last = max(e["ts"] for e in tr.events if e.get("cat") == "kernel")
+        tr.events = [e for e in tr.events if not (e.get("cat") == "kernel" and e["ts"] > last - 4000)]
+    v = across(trs)
+    assert (v["steps"], v["incomplete_steps"], v["unmatched_steps"]) == (5, 1, 0)
+    assert v["verify_ms"] == pytest.approx(SHAPE.cost() / 1e3, abs=MS)
+
+
 def test_a_rank_without_verify_steps() -> None:
     trs = rank_traces(SHAPE, 3)
     v = trace.verify_across_ranks([trace.rank_steps(trs[0].events)[0], []])
@@ -157,6 +167,16 @@ def test_profile_traces_reads_every_rank_file_rank0_first(tmp_path: Path) -> Non
     v = res["verify_ranks"]
     assert v["methods"] == ["correlation", "correlation"] and v["fused_per_verify"] == 19
     assert v["verify_ms"] == pytest.approx(VerifyShape(layers=10).cost() / 1e3, abs=MS)
+
+
+def test_a_problem_of_the_rank_analysis_costs_the_stage_times_nothing(monkeypatch) -> None:
+    def broken(events, span_match=None):
+        raise KeyError("an unexpected trace")
+
+    monkeypatch.setattr(trace, "rank_steps", broken)
+    res = trace.profile_traces([LAB / ON, LAB / ON])
+    assert res["stages"]["verify"]["n"] == 8
+    assert res["verify_ranks"]["verify_ms"] is None and "KeyError" in res["verify_ranks"]["error"]
 
 
 # ---- into the receipt: fusion on vs off -----------------------------------------------------------------------
