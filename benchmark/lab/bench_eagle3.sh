@@ -5,8 +5,9 @@
 # install.sh --target /tmp/site), JIT caches in /tmp/jit, and the config's generated pair (its [model] target and
 # draft directories: /tmp/lab/{target,draft} for lab-synthetic, /tmp/lab61/... for lab-kimi61).
 # Writes into $OUT/bench: the receipt (.json), the runs (_runs.jsonl), plots if matplotlib is there; server logs
-# as one $OUT/bench-logs.tar.gz. Exit code: the benchmark's (0 pass, 1 verdict failed, 2 bad config,
-# 5/6 server start/teardown problem, 130 interrupted), 3/4 if the machine is not prepared.
+# and profiler traces as one $OUT/bench-logs.tar.gz (TRACES_DIR=DIR: the traces are moved into DIR/<logs dir>/
+# instead). Exit code: the benchmark's (0 pass, 1 verdict failed, 2 bad config, 5/6 server start/teardown
+# problem, 130 interrupted), 3/4 if the machine is not prepared.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=/usr/local/cuda
@@ -43,6 +44,14 @@ timeout -k 25 $(( DEADLINE + 20 )) python3 -m sglang_blackwell.cli bench eagle3 
   --out "$OUT/bench" --deadline-s "$DEADLINE" "$@"
 rc=$?
 logs=$(cd "$OUT/bench" && ls -d *_logs 2>/dev/null)
+# TRACES_DIR: the profiler traces (one per TP rank and profiled arm run, a few MB each at 61 layers) go there
+# instead of into bench-logs.tar.gz, to come back in parts of their own (session_tp2.sh)
+if [ -n "${TRACES_DIR:-}" ] && [ -n "$logs" ]; then
+  for d in $logs; do
+    mkdir -p "$TRACES_DIR/$d"
+    find "$OUT/bench/$d" -maxdepth 1 -name '*.trace.json*' -exec mv -t "$TRACES_DIR/$d" {} +
+  done
+fi
 [ -n "$logs" ] && tar -czf "$OUT/bench-logs.tar.gz" -C "$OUT/bench" $logs && (cd "$OUT/bench" && rm -rf $logs)
 echo "GPUs after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
 ls -la "$OUT" "$OUT/bench"

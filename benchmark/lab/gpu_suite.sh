@@ -3,6 +3,9 @@
 # machine with >= 2 GPUs where the patched sglang 0.5.14 + flashinfer 0.6.12 stack is installed in /tmp/site
 # (the lab line's install) and the lab model pair is generated (/tmp/lab/target, /tmp/lab/draft):
 #     SGLB_DEADLINE_S=480 bash benchmark/lab/gpu_suite.sh [extra pytest arguments, e.g. -k "dist or arm_a"]
+# or on the target-shaped pair (gen_lab_pair.py --preset kimi61: 61 layers, 2 x 61 - 1 = 121 fused kernels per
+# verify step):
+#     SGLB_LAB_TARGET=/tmp/lab61/target SGLB_LAB_DRAFT=/tmp/lab61/draft SGLB_LAB_LAYERS=61 bash benchmark/lab/gpu_suite.sh
 # Three server launches (EAGLE-3 + fusion, EAGLE-3 without fusion, no speculation + fusion) and one
 # two-process check; what does not fit in SGLB_DEADLINE_S is skipped. Writes four files into $OUT:
 #     lab-line-gpu-suite-<date>.json  the receipt (kind lab-gpu-suite): commit it under benchmark/results/
@@ -11,8 +14,9 @@
 #     gpu-suite-artifacts.tar.gz      $SGLB_OUT: facts.json, progress.log, server logs, rank-0 traces, rank logs
 # Environment: SGLB_TP (2: the servers' TP size), OUT (default /tmp/out), SGLB_OUT (/tmp/sglb-gpu-suite, emptied first), SGLB_DEADLINE_S (480; the
 # call takes at most SGLB_DEADLINE_S + 100 s: fits a 600 s lab command at the default),
-# SGLB_LAB_TARGET, SGLB_LAB_DRAFT, SGLB_SITE (/tmp/site), SGLB_PYTHON (python3), SGLB_PYTEST_WHEELS (.whl/pytest:
-# wheels installed into SGLB_SITE when the image has no pytest).
+# SGLB_LAB_TARGET, SGLB_LAB_DRAFT, SGLB_LAB_LAYERS (the target's layer count the run is meant for: checked against
+# its config.json here, and the suite expects 2L - 1 fused kernels per verify from it), SGLB_SITE (/tmp/site),
+# SGLB_PYTHON (python3), SGLB_PYTEST_WHEELS (.whl/pytest: wheels installed into SGLB_SITE when the image has no pytest).
 # Exit code: pytest's (0 = every test passed), 2 bad setting, 3 machine not prepared.
 set -u
 case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
@@ -45,6 +49,13 @@ export SGLB_TP=${SGLB_TP:-2}
 for v in SGLB_LAB_TARGET SGLB_LAB_DRAFT; do
   [ -f "${!v}/config.json" ] || die 3 "$v=${!v}: no config.json (generate the pair: python3 benchmark/models/gen_lab_pair.py --out $(dirname "$SGLB_LAB_TARGET") --device cuda)"
 done
+if [ -n "${SGLB_LAB_LAYERS:-}" ]; then
+  [[ "$SGLB_LAB_LAYERS" =~ ^[0-9]+$ ]] && [ "$SGLB_LAB_LAYERS" -ge 1 ] || die 2 "SGLB_LAB_LAYERS=$SGLB_LAB_LAYERS: expected a whole number of layers >= 1"
+  have=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1])).get('num_hidden_layers'))" "$SGLB_LAB_TARGET/config.json" 2>/dev/null) \
+    || die 3 "SGLB_LAB_TARGET=$SGLB_LAB_TARGET: config.json is not readable JSON"
+  [ "$have" = "$SGLB_LAB_LAYERS" ] || die 3 "SGLB_LAB_LAYERS=$SGLB_LAB_LAYERS, but $SGLB_LAB_TARGET/config.json says num_hidden_layers=$have (the wrong pair?)"
+  export SGLB_LAB_LAYERS
+fi
 if ! "$PY" -c "import pytest" 2>/dev/null; then
   ls "$WHEELS"/*.whl >/dev/null 2>&1 || die 3 "$PY has no pytest and $WHEELS holds no wheels: carry pytest, pluggy, iniconfig (and packaging, pygments if the image lacks them) there"
   log "installing pytest from $WHEELS into $SITE"
@@ -67,7 +78,7 @@ end_leftover() {
 }
 end_leftover
 rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
-log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
+log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET${SGLB_LAB_LAYERS:+ ($SGLB_LAB_LAYERS layers)}; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
 log "GPU memory used before (MiB): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ')"
 
 # the suite skips what does not fit in the deadline; timeout is the hard stop (SIGTERM unwinds pytest like Ctrl-C:

@@ -1,7 +1,8 @@
 #!/bin/bash
 # A patched server started by `sglang-blackwell serve` with a tuned all-reduce table: it must come up, answer a
 # request and log which all-reduce path it uses for which sizes (P7's log lines). Run from the repository root
-# with the lab stack on PYTHONPATH (/tmp/site) and the lab pair in /tmp/lab:
+# with the lab stack on PYTHONPATH (/tmp/site) and the lab pair in /tmp/lab (another pair: SGLB_LAB_TARGET,
+# SGLB_LAB_DRAFT, e.g. the 61-layer /tmp/lab61/target and /tmp/lab61/draft):
 #   bash benchmark/lab/serve_check.sh TABLE OUTDIR
 # Writes OUTDIR/serve-plan.txt (what serve chose and why), OUTDIR/server.log, OUTDIR/choices.txt (the logged
 # all-reduce choices), OUTDIR/generate.json. Exit 0 when the server answered and logged its choices.
@@ -11,10 +12,12 @@ table=${1:?usage: serve_check.sh TABLE OUTDIR}; out=${2:?usage: serve_check.sh T
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA
 port=${PORT:-30100}
-args=(--model-path /tmp/lab/target --tp 2 --port "$port" --host 127.0.0.1 --skip-tokenizer-init
+target=${SGLB_LAB_TARGET:-/tmp/lab/target}; draft=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
+for d in "$target" "$draft"; do [ -f "$d/config.json" ] || { echo "serve_check: no $d/config.json"; exit 3; }; done
+args=(--model-path "$target" --tp 2 --port "$port" --host 127.0.0.1 --skip-tokenizer-init
       --disable-custom-all-reduce --disable-radix-cache --attention-backend triton
       --cuda-graph-backend-prefill disabled --cuda-graph-max-bs-decode 16 --mem-fraction-static 0.5
-      --trust-remote-code --speculative-algorithm EAGLE3 --speculative-draft-model-path /tmp/lab/draft
+      --trust-remote-code --speculative-algorithm EAGLE3 --speculative-draft-model-path "$draft"
       --speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3)
 python3 -m sglang_blackwell.cli serve --table "$table" --dry-run -- "${args[@]}" > "$out/serve-plan.txt" 2>&1
 setsid python3 -m sglang_blackwell.cli serve --table "$table" -- "${args[@]}" > "$out/server.log" 2>&1 &

@@ -9,8 +9,9 @@ should conclude.
                           (the latter only with SGLANG_RECORD_STEP_TIME=1, like SGLang)
   POST /set_internal_state  resets the spec accept totals
   GET|POST /flush_cache   200
-  POST /start_profile     with FAKE_TRACE (a real profiler trace file): copies it into output_dir as rank 0's
-                          trace, named like SGLang's (<prefix>-<time>-TP-0.trace.json[.gz]); else 400
+  POST /start_profile     with FAKE_TRACE (a real profiler trace file): copies it into output_dir as each TP
+                          rank's trace (rank r: FAKE_TRACE_TP<r> where set), named like SGLang's
+                          (<prefix>-<time>-TP-<r>.trace.json[.gz], one per rank as SGLang writes them); else 400
   POST /stop_profile      200
   GET  /v1/models, POST /v1/completions, /v1/chat/completions   SGLang's OpenAI endpoints (served model name =
                           --model-path), streamed like fake_openai_server.py's (whose OpenAIRoutes they are), at
@@ -166,10 +167,13 @@ class Handler(OpenAIRoutes):
             src = os.environ.get("FAKE_TRACE")
             if not src:
                 return self._send(400, {"error": {"message": "profiling is not enabled (no FAKE_TRACE)"}})
-            suffix = ".trace.json.gz" if src.endswith(".gz") else ".trace.json"
-            name = f"{body.get('profile_prefix', '')}-{time.time()}-TP-0{suffix}"
-            with open(src, "rb") as f, open(os.path.join(body["output_dir"], name), "wb") as g:
-                g.write(f.read())
+            stamp = time.time()
+            for rank in range(args.tp_size):
+                path = os.environ.get(f"FAKE_TRACE_TP{rank}", src)
+                suffix = ".trace.json.gz" if path.endswith(".gz") else ".trace.json"
+                name = f"{body.get('profile_prefix', '')}-{stamp}-TP-{rank}{suffix}"
+                with open(path, "rb") as f, open(os.path.join(body["output_dir"], name), "wb") as g:
+                    g.write(f.read())
             return self._send(200, "Start profiling.\n", "text/plain")
         if self.path == "/stop_profile":
             return self._send(200, "Stop profiling.\n", "text/plain")

@@ -127,7 +127,7 @@ def run_arm(spec: ArmSpec, cfg: LabConfig, deadline: Deadline, progress: Progres
     t0 = time.monotonic()
     target_cfg = model_config(cfg.target)
     rec: dict[str, Any] = {"name": spec.name, "title": spec.title, "flags": spec.flags(cfg), "steps": {},
-                           "num_layers": target_cfg.get("num_hidden_layers"),
+                           "num_layers": target_cfg.get("num_hidden_layers"), "expected_layers": cfg.layers,
                            "hidden": target_cfg.get("hidden_size")}
     left = deadline.left()
     if left < spec.min_budget_s:
@@ -211,7 +211,7 @@ def measure(spec: ArmSpec, cfg: LabConfig, url: str, rec: dict[str, Any], deadli
         rec["server_accept_len"] = sglang_api.avg_accept_length(sglang_api.server_info(url))
 
     def profile() -> None:
-        rec["profile"] = profile_window(spec, cfg, url, prompts[0], rec.get("num_layers"), progress)
+        rec["profile"] = profile_window(spec, cfg, url, prompts[0], cfg.layers or rec.get("num_layers"), progress)
 
     steps = [("server_info", server_info), ("warmup", warmup), ("greedy", greedy), ("logprobs", logprobs)]
     if spec.speculative:
@@ -278,25 +278,43 @@ def profile_window(spec: ArmSpec, cfg: LabConfig, url: str, prompt: list[int], n
     every = trace_kernels.kernels_per_span(events, lambda n: n.startswith("step["), PATTERNS)
     out["by_mode"] = by_mode(every["spans"])
     fused = [s["counts"]["fused"] for s in verify["spans"]]
-    if spec.fusion:
-        expected = checks.fused_kernels_per_forward(num_layers) if num_layers else 0
-        out["verdict"] = trace_kernels.fusion_in_verify_verdict(fused, expected)
-    else:
-        out["verdict"] = {"steps": len(fused), "counts": fused, "expected_per_step": 0,
-                          "ok": bool(fused) and not any(fused),
-                          "why": f"{len(fused)} verify steps, fused launches {sum(fused)}" if fused
-                          else "no target-verify step in the trace"}
-    rank1 = sorted(tdir.glob(f"{spec.name}-*-TP-1.trace.json*"))
-    if rank1:
-        try:
-            r1 = trace_kernels.kernels_per_span(trace.load_trace(rank1[0]), trace_kernels.is_verify_span, PATTERNS)
-            out["rank1_fused_per_verify"] = [s["counts"]["fused"] for s in r1["spans"]]
-        except (OSError, ValueError, EOFError) as e:
-            out["rank1_fused_per_verify"] = f"unreadable: {e}"
+    out["verdict"] = rank_verdict(spec, fused, num_layers)
+    # every other rank's trace: the same count per verify step (rank_verdicts), and with all of them the verify
+    # time with the waits for the other rank removed and the per-call kernel medians (trace.verify_across_ranks)
+    paths = [path]
+    out["rank_verdicts"] = {}
+    for r in range(1, TP):
+        try:  # written by rank r itself, next to rank 0's, before the ranks' barrier
+            ev, found = wait_trace(tdir, f"{spec.name}-*-TP-{r}.trace.json*", TRACE_TIMEOUT_S / 3)
+        except RuntimeError as e:
+            out["rank_verdicts"][str(r)] = {"ok": False, "why": str(e)}
+            continue
+        rv = trace_kernels.kernels_per_span(ev, trace_kernels.is_verify_span, PATTERNS)
+        counts = [s["counts"]["fused"] for s in rv["spans"]]
+        if r == 1:
+            out["rank1_fused_per_verify"] = counts
+        out["rank_verdicts"][str(r)] = rank_verdict(spec, counts, num_layers)
+        paths.append(found)
+    if len(paths) == TP:
+        try:  # facts only (speed is the benchmark's receipt): a problem here must not cost the count
+            out["verify_ranks"] = trace.profile_traces(paths)["verify_ranks"]
+        except Exception as e:
+            out["verify_ranks"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     out["seconds"] = round(time.monotonic() - t, 1)
     progress(f"arm {spec.name}: profile {path.name} ({path.stat().st_size} B): {out['verdict']['why']} "
              f"[{out['method']}]")
     return out
+
+
+def rank_verdict(spec: ArmSpec, fused: list[int], num_layers: int | None) -> dict[str, Any]:
+    """Fused all-reduce launches per verify step of one rank: 2L - 1 in every step with fusion on
+    (trace_kernels.fusion_in_verify_verdict), none at all with it off."""
+    if spec.fusion:
+        expected = checks.fused_kernels_per_forward(num_layers) if num_layers else 0
+        return trace_kernels.fusion_in_verify_verdict(fused, expected)
+    return {"steps": len(fused), "counts": fused, "expected_per_step": 0, "ok": bool(fused) and not any(fused),
+            "why": f"{len(fused)} verify steps, fused launches {sum(fused)}" if fused
+            else "no target-verify step in the trace"}
 
 
 def by_mode(spans: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,8 +1,12 @@
 """Configuration of the lab-line GPU suite (from the environment), its global deadline, its facts file and its
 progress log. Imports nothing heavy: CPU CI collects this directory too (and deselects it: marker `gpu`).
 
-    SGLB_LAB_TARGET   target model dir (default /tmp/lab/target)
-    SGLB_LAB_DRAFT    EAGLE-3 draft dir (default /tmp/lab/draft)
+    SGLB_LAB_TARGET   target model dir (default /tmp/lab/target; the target-shaped pair: /tmp/lab61/target)
+    SGLB_LAB_DRAFT    EAGLE-3 draft dir (default /tmp/lab/draft; the target-shaped pair: /tmp/lab61/draft)
+    SGLB_LAB_LAYERS   the target's layer count the run is meant for (optional; 61 for the target-shaped pair):
+                      the fused kernels expected per verify step are then 2 x SGLB_LAB_LAYERS - 1, whatever the
+                      target's config.json says, so a run on the wrong pair fails instead of passing on its own
+                      count
     SGLB_OUT          artifacts: facts.json, progress.log, server logs, traces, rank logs
                       (default /tmp/sglb-gpu-suite)
     SGLB_DEADLINE_S   seconds from collection for the whole suite (default 480): what does not fit is skipped
@@ -35,6 +39,7 @@ class LabConfig:
     out: Path
     deadline_s: float
     python: str
+    layers: int | None = None  # SGLB_LAB_LAYERS: the layer count expected of the target (None: its own)
 
     @classmethod
     def from_env(cls) -> LabConfig:
@@ -43,10 +48,14 @@ class LabConfig:
             deadline = float(raw)
         except ValueError:
             raise ValueError(f"SGLB_DEADLINE_S={raw!r}: expected seconds") from None
+        layers = os.environ.get("SGLB_LAB_LAYERS", "")
+        if layers and not (layers.isdigit() and int(layers) >= 1):
+            raise ValueError(f"SGLB_LAB_LAYERS={layers!r}: expected a whole number of layers >= 1")
         return cls(target=Path(os.environ.get("SGLB_LAB_TARGET", "/tmp/lab/target")),
                    draft=Path(os.environ.get("SGLB_LAB_DRAFT", "/tmp/lab/draft")),
                    out=Path(os.environ.get("SGLB_OUT", "/tmp/sglb-gpu-suite")),
-                   deadline_s=deadline, python=os.environ.get("SGLB_PYTHON", sys.executable))
+                   deadline_s=deadline, python=os.environ.get("SGLB_PYTHON", sys.executable),
+                   layers=int(layers) if layers else None)
 
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -89,7 +98,7 @@ class Facts:
             "schema": FACTS_SCHEMA,
             "started_unix": round(time.time(), 1),
             "config": {"target": str(config.target), "draft": str(config.draft), "out": str(config.out),
-                       "deadline_s": config.deadline_s, "python": config.python},
+                       "deadline_s": config.deadline_s, "python": config.python, "layers": config.layers},
             "arms": {},
             "dist": None,
         }

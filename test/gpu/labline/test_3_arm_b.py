@@ -21,6 +21,8 @@ def test_no_fused_kernel_without_fusion(arm_b):
     need_step(arm_b, "profile")
     v = arm_b["profile"]["verdict"]
     assert v["ok"], f"{v['why']}; per-step counts {v['counts']}"
+    bad = {r: rv["why"] for r, rv in (arm_b["profile"].get("rank_verdicts") or {}).items() if not rv["ok"]}
+    assert not bad, f"rank(s) {sorted(bad)}: {bad}"
 
 
 def test_no_workspace_without_fusion(arm_b):

@@ -113,6 +113,14 @@ def test_needs_the_model_pair(lab):
     assert r.returncode == 3 and f"SGLB_LAB_DRAFT={lab['tmp'] / 'nowhere'}: no config.json" in r.stdout
 
 
+def test_layer_count_is_checked_against_the_pair(lab):
+    target = lab["env"]["SGLB_LAB_TARGET"]
+    r = run(lab, SGLB_LAB_LAYERS="61")  # the fixture's pair has 10 layers: the wrong pair for a 61-layer run
+    assert r.returncode == 3 and f"SGLB_LAB_LAYERS=61, but {target}/config.json says num_hidden_layers=10" in r.stdout
+    r = run(lab, SGLB_LAB_LAYERS="sixty")
+    assert r.returncode == 2 and "SGLB_LAB_LAYERS=sixty: expected a whole number" in r.stdout
+
+
 def test_needs_the_stack_on_pythonpath(lab):
     r = run(lab, SGLB_SITE=str(lab["tmp"] / "empty-site"))
     assert r.returncode == 3 and "not importable: sglang, flashinfer" in r.stdout
@@ -171,6 +179,26 @@ def test_fake_lab_passes_end_to_end(fake_lab):
         names = t.getnames()
     assert any(n.startswith("artifacts/traces/A/A-") and n.endswith("-TP-0.trace.json.gz") for n in names)
     assert not any("-TP-1.trace" in n for n in names)  # rank 1 is counted on the lab, not carried back
+
+
+@pytest.mark.slow
+def test_fake_lab_passes_on_the_61_layer_pair(fake_lab):
+    # the target-shaped pair (gen_lab_pair.py --preset kimi61: 61 layers, hidden 7168) with SGLB_LAB_LAYERS=61:
+    # 2 x 61 - 1 = 121 fused kernels per verify step on both ranks, the verify time across the two ranks' traces
+    for d in ("target", "draft"):
+        (fake_lab["tmp"] / "lab" / d / "config.json").write_text(json.dumps({"num_hidden_layers": 61,
+                                                                             "hidden_size": 7168}))
+    r = run(fake_lab, "-k", "not dist", timeout=400, SGLB_LAB_LAYERS="61")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    s = receipt(fake_lab)["summary"]
+    assert s["passed"] is True and s["tests_passed"] == 20
+    assert s["fused_ar_per_verify"] == s["expected_fused_ar_per_verify"] == 121
+    facts = json.loads((fake_lab["tmp"] / "artifacts" / "facts.json").read_text())
+    assert facts["config"]["layers"] == 61
+    prof = facts["arms"]["A"]["profile"]
+    assert prof["rank_verdicts"]["1"]["ok"] and prof["rank1_fused_per_verify"] == [121] * 9
+    assert prof["verify_ranks"]["ranks"] == 2 and prof["verify_ranks"]["fused_per_verify"] == 121
+    assert facts["arms"]["B"]["profile"]["verify_ranks"]["fused_per_verify"] == 0
 
 
 @pytest.mark.slow

@@ -232,3 +232,20 @@ def test_apis_the_two_process_worker_calls(trees):
     assert {"backend", "world_size", "rank", "max_token_num", "hidden_dim", "dtype", "group"} <= params(
         func(fi, "create_allreduce_fusion_workspace"))
     assert "self.metadata = workspace_tuple[3]" in ast.unparse(klass(fi, "TRTLLMAllReduceFusionWorkspace"))
+
+
+def test_tp2_bench_config_flags_exist_and_fusion_is_set_explicitly(trees):
+    # benchmark/lab-kimi61-tp2.toml (issue 19): every flag its arms pass is a 0.5.14 flag, and 0.5.14 turns fusion
+    # on by itself for DeepseekV3 at TP > 1 on SM90, so the fusion-off arms need the explicit off switch
+    from sglang_blackwell.bench.eagle3.config import load_config
+    from sglang_blackwell.bench.eagle3.harness import server_command
+
+    srt = trees["sglang"] / "srt"
+    cfg = load_config(TEST_ROOT.parent / "benchmark" / "lab-kimi61-tp2.toml")
+    used = {a for arm in cfg.arms.values() for a in server_command(cfg, arm, 30000) if a.startswith("--")}
+    assert not sorted(used - cli_flags(srt)), sorted(used - cli_flags(srt))
+    src = (srt / "server_args.py").read_text()
+    auto = src.index("Auto-enabling FlashInfer AllReduce Fusion")
+    assert '"DeepseekV3ForCausalLM"' in src[auto - 3000:auto] and "self.tp_size > 1" in src[auto - 3000:auto]
+    off = src.index("if self.enforce_disable_flashinfer_allreduce_fusion:", auto)
+    assert "self.flashinfer_allreduce_fusion_backend = None" in src[off:off + 200]

@@ -21,6 +21,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -89,6 +90,13 @@ MEASUREMENT = {
                   "step[TARGET_VERIFY], draft, draft_extend (0.5.14+), one window over all streams per step; "
                   "inside it, GPU time of the all-reduce kernels (FlashInfer fused AR+residual+RMSNorm or "
                   "NCCL; includes waiting for the peer rank) and of the separate residual-add+RMSNorm",
+    "verify_ranks": "the same window's traces of every TP rank (SGLang writes one per rank): per verify step, "
+                    "max over ranks of (GPU window - time waiting for another rank), where a rank's wait at "
+                    "each all-reduce or other collective is its approach (kernel duration + the device's idle "
+                    "time just before it) minus the shortest approach of any rank to the same call; median over "
+                    "every step of every run (summary verify_ms_fusion_on/off when both fusion arms have it). "
+                    "Per call: the fused kernel's and NCCL all-reduce's duration at the last rank to arrive "
+                    "(min over ranks), the add+RMSNorm kernel's duration; medians (bench/eagle3/trace.py)",
 }
 
 Progress = Callable[[str], None]
@@ -368,6 +376,29 @@ def run_problem(run: Any, cfg: BenchConfig) -> str | None:
         if not (isinstance(st, dict) and _number(st.get("median_ms"))
                 and all(_number(st[k]) for k in ("allreduce_ms", "add_rmsnorm_ms") if k in st)):
             return f"profile.stages.{name} lacks numeric median_ms (and allreduce_ms, add_rmsnorm_ms)"
+    return _verify_ranks_problem((run.get("profile") or {}).get("verify_ranks"))
+
+
+def _verify_ranks_problem(v: Any) -> str | None:
+    """What verdict.profile_verify would trip over in a recorded profile.verify_ranks; None: nothing."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        return "profile.verify_ranks is not an object"
+    for k in ("verify_ms", "fused_per_verify", "nccl_ar_per_verify", "add_rmsnorm_per_verify"):
+        if v.get(k) is not None and not _number(v[k]):
+            return f"profile.verify_ranks.{k} = {v[k]!r:.60} is not a number"
+    for k in ("fused_call_us", "nccl_call_us", "add_rmsnorm_us", "rank0_fused_call_us", "rank0_nccl_call_us"):
+        if v.get(k) is not None and not (isinstance(v[k], dict) and _number(v[k].get("p50"))):
+            return f"profile.verify_ranks.{k} lacks a numeric p50"
+    for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "idle_at_calls_ms", "wait_share"):
+        if v.get(k) is not None and not (isinstance(v[k], list)
+                                         and all(x is None or _number(x) for x in v[k])):
+            return f"profile.verify_ranks.{k} is not a list of numbers (one per rank)"
+    rows = v.get("per_step")
+    if rows is not None and not (isinstance(rows, list) and all(isinstance(r, list) and r and _number(r[0])
+                                                                 for r in rows)):
+        return "profile.verify_ranks.per_step rows must start with a step's cost (us)"
     return None
 
 
@@ -554,12 +585,15 @@ def _flush_cache(url: str) -> None:
 
 def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progress: Progress, *,
                    ep: client.Endpoint | None = None) -> dict[str, Any]:
-    """Torch profiler over cfg.profile.steps forward batches of one request; parse rank 0's trace and keep it
-    next to the server log (<log stem>.trace.json.gz, for kernel-level reading later; gzipped as sglang writes
-    it), or delete it when there is no log (--attach). The server writes the trace, so this works for servers
-    on this machine only."""
+    """Torch profiler over cfg.profile.steps forward batches of one request. SGLang writes one trace per TP rank:
+    rank 0's gives the stage times (trace.stage_times), all of them the verify time with the waits for the other
+    rank taken out and the per-call kernel medians (trace.verify_across_ranks, "verify_ranks"). Every rank's
+    trace is kept next to the server log (<log stem>.trace.json.gz for rank 0, <log stem>.TP-<r>.trace.json.gz
+    for rank r; gzipped as sglang writes them), or deleted when there is no log (--attach). The server writes
+    the traces, so this works for servers on this machine only."""
     steps = cfg.profile.steps
     per_step = int(info.get("speculative_num_draft_tokens") or 1)
+    ranks = int(info.get("tp_size") or cfg.server.tp or 1)
     tmp = Path(tempfile.mkdtemp(prefix="sgl-bench-profile-"))
     os.chmod(tmp, 0o777)
     try:
@@ -567,19 +601,27 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progr
         client.send(ep or client.Endpoint(url=server.url, api="generate", stream=False), cfg.workload.prompts[0],
                     steps * per_step + 16)
         sglang_api.stop_profile(server.url)
-        path = _wait_trace(tmp, cfg.profile.timeout_s)
-        res = trace.stage_times(trace.load_trace(path))
-        res.update(steps=steps, trace_bytes=path.stat().st_size)
+        paths = _wait_traces(tmp, ranks, cfg.profile.timeout_s)
+        res = _read_traces(paths, time.monotonic() + cfg.profile.timeout_s)
+        res.update(steps=steps, trace_bytes=paths[0].stat().st_size)
+        missing = [r for r in range(ranks) if r >= len(paths)]
+        if missing:
+            res["verify_ranks"]["missing_ranks"] = missing
         if server.log_path is not None:
-            kept = server.log_path.with_suffix(".trace.json" + (".gz" if path.name.endswith(".gz") else ""))
-            shutil.copyfile(path, kept)
-            res["trace"] = kept.name
+            kept = []
+            for r, path in enumerate(paths):
+                gz = ".gz" if path.name.endswith(".gz") else ""
+                dest = server.log_path.with_suffix((f".TP-{r}" if r else "") + ".trace.json" + gz)
+                shutil.copyfile(path, dest)
+                kept.append(dest.name)
+            res["trace"], res["traces"] = kept[0], kept
         progress("  profile: " + ", ".join(
             f"{s} {v['median_ms']:.3f} ms" + (f" (all-reduce {v['allreduce_ms']:.3f} ms in {v['allreduce_calls']:g}"
                                              f" calls, add+RMSNorm {v['add_rmsnorm_ms']:.3f} ms)"
                                              if "allreduce_ms" in v else "")
             for s, v in res["stages"].items())
                  + f" [{res['source']}]")
+        progress("  " + verify_ranks_line(res["verify_ranks"]))
         return res
     except Exception as e:  # a profiler problem must not cost the measurement
         progress(f"  profile window failed: {type(e).__name__}: {e}")
@@ -588,19 +630,70 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progr
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _wait_trace(d: Path, timeout_s: float) -> Path:
+def verify_ranks_line(v: dict[str, Any]) -> str:
+    """One progress line about profile.verify_ranks (every value may be missing: a progress line must not cost
+    the profile)."""
+    if v.get("verify_ms") is None:
+        return f"verify across {v.get('ranks')} rank(s): {v.get('why', 'no steps')}"
+
+    def ms(key: str) -> str:
+        return ", ".join(_fmt(x) for x in v.get(key) or []) or "-"
+
+    calls = [f"{label} {_fmt((v.get(key) or {}).get('p50'))} us" for label, key in (
+        ("fused", "fused_call_us"), ("NCCL all-reduce", "nccl_call_us"), ("add+RMSNorm", "add_rmsnorm_us"))
+        if v.get(key)]
+    return (f"verify across {v.get('ranks')} rank(s), {v.get('steps')} steps: {_fmt(v['verify_ms'])} ms with the "
+            f"waits for the other rank removed (windows {ms('window_ms')} ms, waits {ms('wait_ms')} ms per rank); "
+            f"{_count(v.get('fused_per_verify'))} fused all-reduces per verify; per call " + (", ".join(calls) or "-"))
+
+
+def _count(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+def _rank_of(name: str) -> int | None:
+    m = re.search(r"-TP-(\d+)(?=[-.])", name)
+    return int(m.group(1)) if m and ".trace.json" in name else None
+
+
+def _wait_traces(d: Path, ranks: int, timeout_s: float) -> list[Path]:
+    """Every rank's trace, rank 0 first, once each file's size has stayed the same over two polls. At the
+    timeout, the ranks found so far in order (rank 0 is needed; a missing rank is the receipt's to say)."""
     deadline = time.monotonic() + timeout_s
-    last_size = -1
-    while time.monotonic() < deadline:
-        found = sorted(d.glob("*TP-0*.trace.json*"))
-        if found:
-            size = found[0].stat().st_size
-            if size == last_size and size > 0:
-                return found[0]
-            last_size = size
+    sizes: dict[int, int] = {}
+    stable: dict[int, Path] = {}
+    while True:
+        found = {r: p for p in sorted(d.glob("*.trace.json*")) if (r := _rank_of(p.name)) is not None}
+        for r, p in found.items():
+            size = p.stat().st_size
+            if size > 0 and sizes.get(r) == size:
+                stable[r] = p
+            else:
+                stable.pop(r, None)
+            sizes[r] = size
+        if all(r in stable for r in range(ranks)) or time.monotonic() >= deadline:
+            break
         time.sleep(1.0)
-    raise BenchRunError(f"no rank-0 trace in {d} after {timeout_s:.0f} s "
-                        "(a server on another machine writes it there)")
+    if 0 not in stable:
+        raise BenchRunError(f"no rank-0 trace in {d} after {timeout_s:.0f} s "
+                            "(a server on another machine writes it there)")
+    out = []
+    for r in range(ranks):
+        if r not in stable:
+            break
+        out.append(stable[r])
+    return out
+
+
+def _read_traces(paths: list[Path], deadline: float) -> dict[str, Any]:
+    """trace.profile_traces, again after a pause while a file is still being written (a gzip stream cut short)."""
+    while True:
+        try:
+            return trace.profile_traces(paths)
+        except (EOFError, ValueError, OSError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(2.0)
 
 
 # ---- receipt, report, plots ---------------------------------------------------------------------------
@@ -747,6 +840,14 @@ def report_text(receipt: dict[str, Any]) -> str:
                      f"all-reduce+norm kernels in verify ms {_fmt(f.get('verify_allreduce_norm_ms_on'))} vs "
                      f"{_fmt(f.get('verify_allreduce_norm_ms_off'))}, "
                      f"gain {_fmt(f['gain'])} ({f['gain_basis']})")
+        if f.get("verify_ms_robust_on") is not None or f.get("verify_ms_robust_off") is not None:
+            lines.append(f"  every rank, waits for the other rank removed: verify ms "
+                         f"{_fmt(f.get('verify_ms_robust_on'))} vs {_fmt(f.get('verify_ms_robust_off'))} "
+                         f"({f.get('verify_steps_on')} vs {f.get('verify_steps_off')} steps); per all-reduce "
+                         f"boundary: fused {_fmt(f.get('fused_call_us_p50'))} us vs NCCL + add/RMSNorm "
+                         f"{_fmt(f.get('unfused_call_us_p50'))} us, {_fmt(f.get('fused_ar_per_verify'))} fused "
+                         f"per verify: saving predicted {_fmt(f.get('saving_predicted_ms'))} ms, measured "
+                         f"{_fmt(f.get('saving_measured_ms'))} ms (ratio {_fmt(f.get('saving_ratio'))})")
     for n in v.get("notes", []):
         lines.append(f"note: {n}")
     for r in v["reasons"]:

@@ -42,6 +42,8 @@ class Span:
     ts: float  # microseconds, trace clock
     dur: float
     counts: dict[str, int] = field(default_factory=dict)
+    # the device activity attributed to this span: (label or None, event), in trace order
+    items: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def end(self) -> float:
@@ -65,6 +67,10 @@ def kernel_label(name: str, patterns: Mapping[str, re.Pattern[str]]) -> str | No
     return None
 
 
+# what runs on the device besides kernels: a step's GPU window (gpu_user_annotation) spans these too
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
 def kernels_per_span(events: list[dict[str, Any]], span_match: Callable[[str], bool],
                      patterns: Mapping[str, re.Pattern[str]]) -> dict[str, Any]:
     """Count kernels whose name matches each pattern, per matching span, in trace order.
@@ -76,30 +82,56 @@ def kernels_per_span(events: list[dict[str, Any]], span_match: Callable[[str], b
     totals = {label: sum(1 for lbl, _ in matched if lbl == label) for label in patterns}
     result: dict[str, Any] = {"method": "none", "spans": [], "kernels_matched": totals,
                               "kernel_events": len(kernels)}
-    spans = _cpu_spans(events, span_match)
-    launches = {c: e for e in events if e.get("cat") in LAUNCH_CATEGORIES and (c := _correlation(e)) is not None}
-    attributed: list[Span] = []
-    if spans and launches:
-        result["method"] = "correlation"
-        attributed = _by_correlation(spans, launches, matched, patterns)
-    if not attributed or (matched and not _attributed_any(attributed)):
-        # no CPU spans / launches, or no matched kernel could be tied to a launch: GPU windows instead
-        windows = _gpu_windows(events, span_match)
-        if windows:
-            by_window = _by_gpu_window(windows, matched, patterns)
-            if not attributed or _attributed_any(by_window):
-                if attributed:
-                    result["fallback"] = "no matched kernel links to a launch inside a span: GPU windows used"
-                result["method"] = "gpu_window"
-                attributed = by_window
-    ordered = sorted(attributed, key=lambda s: s.ts)
+    ordered, method, fallback = _attribute(events, span_match, matched, patterns)
+    result["method"] = method
+    if fallback:
+        result["fallback"] = fallback
     result["spans"] = [{"name": s.name, "ts": s.ts, "dur": s.dur, "counts": s.counts} for s in ordered]
     result["unattributed"] = {label: totals[label] - sum(s.counts[label] for s in ordered) for label in patterns}
     return result
 
 
-def _attributed_any(spans: list[Span]) -> bool:
-    return any(n for s in spans for n in s.counts.values())
+def activity_per_span(events: list[dict[str, Any]], span_match: Callable[[str], bool],
+                      patterns: Mapping[str, re.Pattern[str]]) -> tuple[list[Span], str]:
+    """Every device activity (kernels, memcpy, memset) of each matching span, attributed as kernels_per_span
+    attributes the matched kernels, each labelled with the first pattern its name matches (None: no pattern).
+    Returns the spans in trace order, each with `items` [(label, event)] and `counts`, and the method."""
+    items = [(kernel_label(e["name"], patterns) if e["cat"] == "kernel" else None, e)
+             for cat in DEVICE_CATEGORIES for e in x_events(events, cat)]
+    items.sort(key=lambda it: float(it[1]["ts"]))
+    spans, method, _ = _attribute(events, span_match, items, patterns)
+    return spans, method
+
+
+def _attribute(events: list[dict[str, Any]], span_match: Callable[[str], bool],
+               items: list[tuple[str | None, dict[str, Any]]],
+               patterns: Mapping[str, re.Pattern[str]]) -> tuple[list[Span], str, str | None]:
+    """Spans (sorted by start) with the items attributed to each: by correlation with a launch inside the
+    span where the trace has CPU spans and launches, else (or when none of the labelled items, or of all items
+    if none is labelled, links to a launch inside a span) by the GPU windows."""
+    spans = _cpu_spans(events, span_match)
+    launches = {c: e for e in events if e.get("cat") in LAUNCH_CATEGORIES and (c := _correlation(e)) is not None}
+    labelled = any(lbl is not None for lbl, _ in items)
+    method, fallback = "none", None
+    attributed: list[Span] = []
+    if spans and launches:
+        method = "correlation"
+        attributed = _by_correlation(spans, launches, items, patterns)
+    if not attributed or (items and not _holds_any(attributed, labelled)):
+        # no CPU spans / launches, or no item could be tied to a launch: GPU windows instead
+        windows = _gpu_windows(events, span_match)
+        if windows:
+            by_window = _by_gpu_window(windows, items, patterns)
+            if not attributed or _holds_any(by_window, labelled):
+                if attributed:
+                    fallback = "no matched kernel links to a launch inside a span: GPU windows used"
+                method = "gpu_window"
+                attributed = by_window
+    return sorted(attributed, key=lambda s: s.ts), method, fallback
+
+
+def _holds_any(spans: list[Span], labelled: bool) -> bool:
+    return any(lbl is not None or not labelled for s in spans for lbl, _ in s.items)
 
 
 def _cpu_spans(events: list[dict[str, Any]], span_match: Callable[[str], bool]) -> dict[tuple, list[Span]]:
@@ -124,14 +156,20 @@ def _containing(spans: list[Span], starts: list[float], t: float) -> Span | None
     return best
 
 
+def _add(s: Span, label: str | None, e: dict[str, Any]) -> None:
+    s.items.append((label, e))
+    if label is not None:
+        s.counts[label] += 1
+
+
 def _by_correlation(spans: dict[tuple, list[Span]], launches: dict[int, dict[str, Any]],
-                    matched: list[tuple[str, dict[str, Any]]],
+                    items: list[tuple[str | None, dict[str, Any]]],
                     patterns: Mapping[str, re.Pattern[str]]) -> list[Span]:
     for group in spans.values():
         for s in group:
-            s.counts = dict.fromkeys(patterns, 0)
+            s.counts, s.items = dict.fromkeys(patterns, 0), []
     starts = {key: [s.ts for s in group] for key, group in spans.items()}
-    for label, k in matched:
+    for label, k in items:
         corr = _correlation(k)
         launch = launches.get(corr) if corr is not None else None
         if launch is None:
@@ -141,7 +179,7 @@ def _by_correlation(spans: dict[tuple, list[Span]], launches: dict[int, dict[str
             continue
         s = _containing(spans[key], starts[key], float(launch["ts"]))
         if s is not None:
-            s.counts[label] += 1
+            _add(s, label, k)
     return [s for group in spans.values() for s in group]
 
 
@@ -162,19 +200,19 @@ def _gpu_windows(events: list[dict[str, Any]], span_match: Callable[[str], bool]
     return per_dev
 
 
-def _by_gpu_window(windows: dict[Any, list[Span]], matched: list[tuple[str, dict[str, Any]]],
+def _by_gpu_window(windows: dict[Any, list[Span]], items: list[tuple[str | None, dict[str, Any]]],
                    patterns: Mapping[str, re.Pattern[str]]) -> list[Span]:
     for group in windows.values():
         for s in group:
-            s.counts = dict.fromkeys(patterns, 0)
+            s.counts, s.items = dict.fromkeys(patterns, 0), []
     starts = {dev: [s.ts for s in group] for dev, group in windows.items()}
-    for label, k in matched:
+    for label, k in items:
         dev = k.get("pid")
         if dev not in windows:
             continue
         s = _containing(windows[dev], starts[dev], float(k["ts"]))
         if s is not None:
-            s.counts[label] += 1
+            _add(s, label, k)
     return [s for group in windows.values() for s in group]
 
 

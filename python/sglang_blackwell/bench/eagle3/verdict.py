@@ -56,7 +56,53 @@ def aggregate(runs: list[dict[str, Any]], arms: list[str], concurrency: tuple[in
         out[arm] = {"levels": per_c, "runs": len(ok),
                     "profile_ms": {s: spread([p[s]["median_ms"] for p in prof if s in p]) for s in stages},
                     "profile_allreduce_norm_ms": {s: v for s, v in comm.items() if v}}
+        verify = profile_verify([p.get("verify_ranks") for p in profiles])
+        if verify:
+            out[arm]["profile_verify"] = verify
     return out
+
+
+def _p50(d: Any) -> float | None:
+    return d.get("p50") if isinstance(d, dict) else None
+
+
+def _per_rank_median(rows: list[list[float]]) -> list[float] | None:
+    """Element-wise median of per-rank lists (runs with the same rank count)."""
+    rows = [r for r in rows if isinstance(r, list) and r]
+    if not rows or len({len(r) for r in rows}) != 1:
+        return None
+    return [round(median([r[i] for r in rows if r[i] is not None]), 4) if any(r[i] is not None for r in rows)
+            else None for i in range(len(rows[0]))]
+
+
+def profile_verify(runs: list[Any]) -> dict[str, Any] | None:
+    """The verify time across ranks of an arm's runs (trace.verify_across_ranks per profiler window): the median
+    over every step of every run (`verify_ms`; per_step[i][0] is a step's cost), per-run medians with spread,
+    per-call kernel medians (the median of the runs' p50s), meeting kernels per verify, and per rank the window,
+    waits, busy and idle time and the waiting share (medians over runs). A window where some rank wrote no trace
+    (missing_ranks) does not count: its waits cannot be told."""
+    vs = [v for v in runs if isinstance(v, dict) and v.get("verify_ms") is not None and not v.get("missing_ranks")]
+    if not vs:
+        return None
+    steps = [row[0] for v in vs for row in v.get("per_step") or [] if row and row[0] is not None]
+
+    def med(key: str, get: Any = None) -> float | None:
+        vals = [x for v in vs if (x := (get(v.get(key)) if get else v.get(key))) is not None]
+        return round(median(vals), 4) if vals else None
+
+    return {"runs": len(vs), "steps": len(steps),
+            "verify_ms": round(median(steps) / 1e3, 4) if steps else med("verify_ms"),
+            "verify_ms_runs": spread([v["verify_ms"] for v in vs]),
+            "fused_call_us_p50": med("fused_call_us", _p50), "nccl_call_us_p50": med("nccl_call_us", _p50),
+            "add_rmsnorm_us_p50": med("add_rmsnorm_us", _p50),
+            "rank0_fused_call_us_p50": med("rank0_fused_call_us", _p50),
+            "rank0_nccl_call_us_p50": med("rank0_nccl_call_us", _p50),
+            "fused_per_verify": med("fused_per_verify"), "nccl_ar_per_verify": med("nccl_ar_per_verify"),
+            "add_rmsnorm_per_verify": med("add_rmsnorm_per_verify"),
+            **{k: _per_rank_median([v.get(k) for v in vs])
+               for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "idle_at_calls_ms", "wait_share")},
+            "kernel_ms": {k: _per_rank_median([(v.get("kernel_ms") or {}).get(k) for v in vs])
+                          for k in ("fused", "nccl_ar", "sync", "add_rmsnorm")}}
 
 
 def _vals(agg: dict[str, Any], arm: str, c: int, metric: str) -> list[float]:
@@ -202,7 +248,14 @@ def _accept_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
 def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
                       concurrency: tuple[int, ...]) -> dict[str, Any] | None:
     """Fusion on vs off at the lowest concurrency: verify GPU time from the profiler window where there is
-    one, and the whole round time from the step-time recording."""
+    one, and the whole round time from the step-time recording.
+
+    With every rank's trace (profile_verify) the verify time is the one with the waits for the other rank
+    removed (`verify_ms_robust_on/off`, the basis of the gain), and the saving fusion should bring is predicted
+    from the per-call kernel medians: (unfused - fused) x fused all-reduces per verify, where unfused is one
+    all-reduce boundary without fusion (NCCL's all-reduce + the add+RMSNorm kernel, medians of the off arm) and
+    fused the fused kernel (median of the on arm), both at the rank that arrived last (no waiting in them);
+    `saving_ratio` = measured (off - on) / predicted."""
     if not (v.fusion_on and v.fusion_off):
         return None
     c = min(concurrency)
@@ -215,16 +268,34 @@ def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
     round_on = _median(_vals(agg, v.fusion_on, c, "step_ms"))
     round_off = _median(_vals(agg, v.fusion_off, c, "step_ms"))
     ver_on, ver_off = verify(on), verify(off)
-    if ver_on and ver_off:
+    pv_on, pv_off = on.get("profile_verify") or {}, off.get("profile_verify") or {}
+    rob_on, rob_off = pv_on.get("verify_ms"), pv_off.get("verify_ms")
+    if rob_on and rob_off:
+        gain, basis = 1 - rob_on / rob_off, "verify (profiler, every rank, waits for the other rank removed)"
+    elif ver_on and ver_off:
         gain, basis = 1 - ver_on / ver_off, "verify (profiler)"
     elif round_on and round_off:
         gain, basis = 1 - round_on / round_off, "draft+verify round (step times)"
     else:
         gain, basis = None, None
+    fused, n_fused = pv_on.get("fused_call_us_p50"), pv_on.get("fused_per_verify")
+    nccl, norm = pv_off.get("nccl_call_us_p50"), pv_off.get("add_rmsnorm_us_p50")
+    unfused = nccl + norm if nccl is not None and norm is not None else None
+    predicted = ((unfused - fused) * n_fused / 1e3 if unfused is not None and fused is not None and n_fused
+                 else None)
+    measured = rob_off - rob_on if rob_on and rob_off else None
     out = {"concurrency": c, "on": v.fusion_on, "off": v.fusion_off,
            "verify_ms_on": ver_on, "verify_ms_off": ver_off,
+           "verify_ms_robust_on": rob_on, "verify_ms_robust_off": rob_off,
+           "verify_steps_on": pv_on.get("steps"), "verify_steps_off": pv_off.get("steps"),
+           "wait_share_on": pv_on.get("wait_share"), "wait_share_off": pv_off.get("wait_share"),
            "verify_allreduce_norm_ms_on": verify(on, "profile_allreduce_norm_ms"),
            "verify_allreduce_norm_ms_off": verify(off, "profile_allreduce_norm_ms"),
+           "fused_call_us_p50": fused, "unfused_call_us_p50": round(unfused, 4) if unfused is not None else None,
+           "nccl_call_us_p50_off": nccl, "add_rmsnorm_us_p50_off": norm, "fused_ar_per_verify": n_fused,
+           "saving_predicted_ms": round(predicted, 4) if predicted is not None else None,
+           "saving_measured_ms": round(measured, 4) if measured is not None else None,
+           "saving_ratio": round(measured / predicted, 4) if measured is not None and predicted else None,
            "round_ms_on": round(round_on, 4) if round_on else None,
            "round_ms_off": round(round_off, 4) if round_off else None,
            "gain": round(gain, 4) if gain is not None else None, "gain_basis": basis,
@@ -250,6 +321,7 @@ def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, mac
         c1 = {"median_ratio": ratio, "accept_len": _median(_vals(agg, arm, 1, "accept_len")),
               "break_even_accept_len": None}
     f = verdict.get("fusion") or {}
+    robust = f.get("verify_ms_robust_on") is not None and f.get("verify_ms_robust_off") is not None
 
     def at_c1(a: str, metric: str) -> float | None:
         m = _median(_vals(agg, a, 1, metric))
@@ -261,7 +333,17 @@ def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, mac
         "accept_len": c1.get("accept_len"), "break_even_accept_len": c1.get("break_even_accept_len"),
         "expect_accept_len": v.expect_accept_len, "accept_len_tolerance": v.accept_len_tolerance,
         "target_layers": target_layers,
-        "verify_ms_fusion_on": f.get("verify_ms_on"), "verify_ms_fusion_off": f.get("verify_ms_off"),
+        # both arms with every rank's traces: the verify time with the waits for the other rank removed; else
+        # rank 0's GPU window (receipts before it, a server whose other ranks wrote no trace)
+        "verify_ms_fusion_on": f.get("verify_ms_robust_on") if robust else f.get("verify_ms_on"),
+        "verify_ms_fusion_off": f.get("verify_ms_robust_off") if robust else f.get("verify_ms_off"),
+        "verify_ms_basis": ("every rank, waits for the other rank removed" if robust else "rank 0 GPU window"
+                            if f.get("verify_ms_on") is not None or f.get("verify_ms_off") is not None else None),
+        "verify_ms_rank0_fusion_on": f.get("verify_ms_on"), "verify_ms_rank0_fusion_off": f.get("verify_ms_off"),
+        "fused_call_us_p50": f.get("fused_call_us_p50"), "unfused_call_us_p50": f.get("unfused_call_us_p50"),
+        "fused_ar_per_verify": f.get("fused_ar_per_verify"),
+        "fusion_saving_predicted_ms": f.get("saving_predicted_ms"),
+        "fusion_saving_measured_ms": f.get("saving_measured_ms"), "fusion_saving_ratio": f.get("saving_ratio"),
         "round_ms_fusion_on": f.get("round_ms_on"), "round_ms_fusion_off": f.get("round_ms_off"),
         "verify_allreduce_norm_ms_fusion_on": f.get("verify_allreduce_norm_ms_on"),
         "verify_allreduce_norm_ms_fusion_off": f.get("verify_allreduce_norm_ms_off"),

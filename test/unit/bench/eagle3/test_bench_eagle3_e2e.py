@@ -4,6 +4,7 @@ written."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
@@ -108,6 +109,49 @@ def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
     for arm in ("eagle3", "eagle3+fusion"):
         kept = Path(runs[arm]["log"]).with_name(runs[arm]["profile"]["trace"])
         assert kept.name.endswith(".trace.json.gz") and kept.stat().st_size == runs[arm]["profile"]["trace_bytes"]
+
+
+def test_profile_window_reads_every_rank_and_takes_the_waits_out(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # the fake servers hand out one trace per TP rank (FAKE_TRACE_TP1: rank 1's), synthetic two-rank traces of
+    # the 61-layer shape where rank 1 starts most verify steps late: the summary's verify times are the true step
+    # costs, not rank 0's inflated window, with the per-call medians, 121 fused calls per verify and the saving
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from support.kineto_trace import VerifyShape, rank_traces
+
+    late = {(i, 1): 900.0 + 100.0 * i for i in range(0, 12, 2)} | {(3, 0): 700.0}
+    env = {}
+    for arm, shape in (("off", VerifyShape(layers=61, fusion=False)), ("on", VerifyShape(layers=61))):
+        for r, tr in enumerate(rank_traces(shape, 11, late=late)):
+            path = tmp_path / f"{arm}-TP-{r}.trace.json.gz"
+            with gzip.open(path, "wt") as f:
+                json.dump(tr.document(), f)
+            env.setdefault(arm, {"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3"})[
+                "FAKE_TRACE" if r == 0 else f"FAKE_TRACE_TP{r}"] = str(path)
+    cfg = write_config(tmp_path, eagle_env=env["off"], fusion_env=env["on"], repeats=1, concurrency="[1]",
+                       model_dirs=True, extra='[profile]\nsteps = 2\narms = ["eagle3", "eagle3+fusion"]\n'
+                                            'timeout_s = 20\n')
+    out = tmp_path / "out"
+    assert bench("--config", str(cfg), "--out", str(out)) == 0
+    printed = capsys.readouterr()
+    assert "every rank, waits for the other rank removed: verify ms 9.37 vs 10.15" in printed.out
+    assert "121 fused all-reduces per verify" in printed.err  # the harness's progress line
+    s = json.loads(only(out, "bench-eagle3_fake_*.json").read_text())["summary"]
+    on, off = VerifyShape(layers=61).cost() / 1e3, VerifyShape(layers=61, fusion=False).cost() / 1e3
+    assert s["verify_ms_fusion_on"] == pytest.approx(on, abs=1e-4)
+    assert s["verify_ms_fusion_off"] == pytest.approx(off, abs=1e-4)
+    assert s["verify_ms_rank0_fusion_on"] > on + 0.5 and s["verify_ms_basis"].startswith("every rank")
+    assert (s["fused_call_us_p50"], s["unfused_call_us_p50"], s["fused_ar_per_verify"]) == (5.0, 11.0, 121)
+    assert s["fusion_saving_predicted_ms"] == pytest.approx(0.726, abs=1e-4)
+    assert s["fusion_saving_measured_ms"] == pytest.approx(off - on, abs=2e-4)
+    runs = [json.loads(ln)["run"] for ln in only(out, "*_runs.jsonl").read_text().splitlines()]
+    for run in runs:
+        if run["arm"] == "baseline":
+            continue
+        prof = run["profile"]
+        assert prof["verify_ranks"]["ranks"] == 2 and prof["traces"][1].endswith(".TP-1.trace.json.gz")
+        for name in prof["traces"]:  # every rank's trace kept next to the server log
+            assert (Path(run["log"]).parent / name).stat().st_size > 1000
 
 
 def test_launch_mode_slow_eagle3_fails_on_acceptance(tmp_path: Path,
