@@ -28,14 +28,10 @@ done
 export PYTHONPATH=/tmp/site:$PWD/python
 # a server session an earlier, hard-killed call of this script left behind: end it by its id
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglang-blackwell-bench.sid
-if [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ]; then
-  sid=$(cat "$SGLANG_BLACKWELL_BENCH_PIDFILE")
-  if [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
-    echo "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
-    for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
-  fi
-  rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
-fi
+# shellcheck source=benchmark/lab/lib.sh
+. "$(dirname "$0")/lib.sh"
+declare -F log >/dev/null || log() { echo "$*"; }
+end_leftover_session
 mkdir -p "$OUT/bench"
 echo "GPUs before: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
 # the harness stops launching arms that would end after DEADLINE; timeout is the hard stop (SIGTERM: the harness

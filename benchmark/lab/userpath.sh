@@ -47,16 +47,9 @@ ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c 
 
 # a server session an earlier, hard-killed call left behind: end it by its id (bench/eagle3/server.py writes it)
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-userpath.sid
-end_leftover() {
-  [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ] || return 0
-  local sid; sid=$(cat "$SGLANG_BLACKWELL_BENCH_PIDFILE")
-  if [[ "$sid" =~ ^[0-9]+$ ]] && [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
-    log "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
-    for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
-  fi
-  rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
-}
-end_leftover
+# shellcheck source=benchmark/lab/lib.sh
+. "$(dirname "$0")/lib.sh"
+end_leftover_session
 rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
 log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
 
