@@ -28,7 +28,7 @@ done
 export PYTHONPATH=/tmp/site:$PWD/python
 # a server session an earlier, hard-killed call of this script left behind: end it by its id
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglang-blackwell-bench.sid
-# shellcheck source=benchmark/lab/lib.sh
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 declare -F log >/dev/null || log() { echo "$*"; }
 end_leftover_session

@@ -67,7 +67,7 @@ fi
 
 # a server session an earlier, hard-killed call left behind: end it by its id (bench/server.py writes it)
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-gpu-suite.sid
-# shellcheck source=benchmark/lab/lib.sh
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 end_leftover_session
 rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
