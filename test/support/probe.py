@@ -104,10 +104,17 @@ def _env(trees: list[Path], env: dict[str, str] | None) -> dict[str, str]:
     return full_env
 
 
+# variables a preloaded module reads when it is imported, so a probe that sets one needs a fresh interpreter:
+# TRITON_INTERPRET decides at `import triton` whether triton.language's own @jit helpers (tl.cdiv, ...) are
+# interpreted, and an interpreted kernel cannot call a compiled helper
+IMPORT_TIME_ENV = ("TRITON_INTERPRET",)
+
+
 def run_probe(trees: list[Path], code: str, *, env: dict[str, str] | None = None, timeout: int = 240) -> dict:
     full_env = _env(trees, env)
     code = textwrap.dedent(code)
-    zygote = _zygote() if os.environ.get(ZYGOTE_ENV, "1") != "0" else None
+    fresh = any(k in (env or {}) for k in IMPORT_TIME_ENV) or os.environ.get(ZYGOTE_ENV, "1") == "0"
+    zygote = None if fresh else _zygote()
     if zygote is not None:
         rc, stdout, stderr = zygote.run([str(t) for t in trees], code, full_env, timeout)
     else:
