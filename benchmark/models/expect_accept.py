@@ -12,6 +12,12 @@ prints JSON: per level (and over all levels) the accept length as SGLang's serve
 0-39 rounds are left out (SGLang folds the statistic in every 40 decode iterations; meaningful at c=1, where the
 requests run one after the other), and the meta_info form (completion tokens / verify rounds, the prefill's token
 included). Needs torch and `tokenizers` (CPU).
+
+A grid config (`[workload] contexts`) gets the same per (context, concurrency) cell, with the prompts the harness
+sends (sglang_blackwell.bench.eagle3.prompts: grid_prompt over the pair tokenizer's special-free ids, or
+token_range), in its order: per context an index from 0, per concurrency (ascending) the first burst (c requests)
+then the warm window (c x rounds); "cells" gives each window's figures ("warm" is what the verdict checks),
+"all_warm" every cell's warm window together, "all_requests" everything.
 """
 
 from __future__ import annotations
@@ -55,6 +61,47 @@ def prompt_ids(prompts: Path, preset: G.Preset) -> list[list[int]]:
     return out
 
 
+def _prompts_module():
+    """sglang_blackwell.bench.eagle3.prompts (the installed package, else this checkout's python/)."""
+    try:
+        from sglang_blackwell.bench.eagle3 import prompts
+    except ImportError:
+        sys.path.insert(0, str(BENCHMARK.parent / "python"))
+        from sglang_blackwell.bench.eagle3 import prompts
+    return prompts
+
+
+def grid_ids(w: dict, preset: G.Preset) -> list[int] | range:
+    """The ids the harness draws grid prompts from: token_range, else the pair tokenizer's (no special tokens)."""
+    if "token_range" in w:
+        return range(*w["token_range"])
+    tok = json.loads(lab_tokenizer.tokenizer_files(preset.vocab, preset.s_start, preset.s_size)["tokenizer.json"])
+    return _prompts_module().ids_from_tokenizer_json(tok)
+
+
+def grid_expectation(cfg: dict, st: G.Structure, dmap, steps: int) -> dict:
+    """Per cell, in the harness's order (module docstring): the first burst's and the warm window's figures."""
+    prompts = _prompts_module()
+    w = cfg["workload"]
+    ids, seed = grid_ids(w, st.preset), w.get("prompt_seed", 0)
+    cells, warm_all, everything = {}, [], []
+    for ctx in sorted(w["contexts"]):
+        index = 0
+        for c in sorted(w["concurrency"]):
+            windows = {}
+            for name, n in (("first", c), ("warm", c * w.get("rounds", 2))):
+                reqs = [G.simulate_rounds(st, dmap, prompts.grid_prompt(ctx, index + k, seed, ids).input_ids[-1],
+                                          w["output_len"], steps) for k in range(n)]
+                index += n
+                everything += reqs
+                windows[name] = _summary(reqs, steps)
+                if name == "warm":
+                    warm_all += reqs
+            cells[f"{ctx}x{c}"] = windows
+    return {"cells": cells, "all_warm": _summary(warm_all, steps), "all_requests": _summary(everything, steps),
+            "prompt_ids": len(ids)}
+
+
 def expectation(config: Path, draft: str, preset_name: str = "kimi61", seed: int = 0) -> dict:
     cfg = tomllib.loads(config.read_text())
     w = cfg["workload"]
@@ -62,6 +109,10 @@ def expectation(config: Path, draft: str, preset_name: str = "kimi61", seed: int
     p = G.PRESETS[preset_name]
     st = G.build_structure(p, seed)
     dmap = {"miss": lambda: G.miss_map(st), "constructed": lambda: st.succ}[draft]()
+    head = {"config": str(config), "draft": draft, "preset": preset_name, "seed": seed, "num_steps": steps,
+            "output_len": w["output_len"]}
+    if "contexts" in w:
+        return {**head, **grid_expectation(cfg, st, dmap, steps)}
     prompts = prompt_ids(config.parent / w["prompts"], p)
     levels, offset, everything = {}, 0, []
     for c in w["concurrency"]:
@@ -70,9 +121,7 @@ def expectation(config: Path, draft: str, preset_name: str = "kimi61", seed: int
         offset += c * w["rounds"]
         everything += reqs
         levels[str(c)] = _summary(reqs, steps)
-    return {"config": str(config), "draft": draft, "preset": preset_name, "seed": seed, "num_steps": steps,
-            "output_len": w["output_len"], "prompts": len(prompts), "levels": levels,
-            "all_levels": _summary(everything, steps)}
+    return {**head, "prompts": len(prompts), "levels": levels, "all_levels": _summary(everything, steps)}
 
 
 ROLLUP = 40  # SGLang folds its accept statistic into the totals every --decode-log-interval (40) iterations

@@ -11,14 +11,20 @@ should conclude.
   GET|POST /flush_cache   200
   POST /start_profile     with FAKE_TRACE (a real profiler trace file): copies it into output_dir as each TP
                           rank's trace (rank r: FAKE_TRACE_TP<r> where set), named like SGLang's
-                          (<prefix>-<time>-TP-<r>.trace.json[.gz], one per rank as SGLang writes them); else 400
+                          (<prefix>-<time>-TP-<r>.trace.json[.gz], one per rank as SGLang writes them); else 400.
+                          FAKE_TRACES (comma list): the rank-0 trace of the 1st, 2nd, ... window (the last repeats)
   POST /stop_profile      200
   GET  /v1/models, POST /v1/completions, /v1/chat/completions   SGLang's OpenAI endpoints (served model name =
                           --model-path), streamed like fake_openai_server.py's (whose OpenAIRoutes they are), at
                           the same speeds and counted in the same spec totals and step times as /generate
 Speeds: one prefill (FAKE_PREFILL_MS) yields the first token; then a non-speculative server makes one token
 per FAKE_STEP_MS, a speculative one (--speculative-algorithm given) FAKE_ACCEPT_LEN tokens per FAKE_ROUND_MS
-round.
+round; FAKE_CTX_MS_PER_KTOK adds that many ms to every step (or round) per 1000 prompt tokens (long contexts cost).
+Triton, as SGLang's eager EAGLE kernels meet it (bs_upper = next_power_of_2(bs) is a tl.constexpr): with
+FAKE_TRITON_COMPILE_MS, the first time the running batch reaches a new power-of-two bucket the request that got
+there "compiles" FAKE_TRITON_KERNEL (default assign_extend_cache_locs): it sleeps that long and writes a cache entry
+(<dir>/<hash>/<name>.json, __grp__<name>.json, <name>.cubin) into the Triton cache dir of its environment
+(TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache, else ~/.triton/cache).
 Misbehaviour for teardown tests: FAKE_IGNORE_SIGTERM=1; FAKE_SPAWN_CHILD=1 (a child that ignores SIGTERM too;
 FAKE_CHILD_NEW_PGRP=1 moves it to its own process group, still in our session); FAKE_PID_FILE gets the pids.
 """
@@ -32,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,12 +66,15 @@ STEP_S = float(env("FAKE_STEP_MS", "4")) / 1e3
 ROUND_S = float(env("FAKE_ROUND_MS", "6")) / 1e3
 ACCEPT = float(env("FAKE_ACCEPT_LEN", "2.5"))
 RECORD = env("SGLANG_RECORD_STEP_TIME") == "1"
+CTX_S_PER_KTOK = float(env("FAKE_CTX_MS_PER_KTOK", "0")) / 1e3
+COMPILE_S = float(env("FAKE_TRITON_COMPILE_MS", "0")) / 1e3
+KERNEL = env("FAKE_TRITON_KERNEL", "assign_extend_cache_locs")
 SPEC = bool(args.speculative_algorithm)
 INTERVAL = 4  # like --decode-log-interval, small so short requests record step times
 
 T0 = time.monotonic()
 lock = threading.Lock()
-state = {"running": 0, "accept": 0, "forward": 0, "steps": {}}
+state = {"running": 0, "accept": 0, "forward": 0, "steps": {}, "buckets": set()}
 
 if env("FAKE_IGNORE_SIGTERM") == "1":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -81,30 +91,57 @@ if env("FAKE_PID_FILE"):
 print(f"fake sglang server pid {os.getpid()} spec={SPEC} unknown flags: {unknown}", flush=True)
 
 
-def decode_steps(n_tokens):
+def decode_steps(n_tokens, prompt_len=0):
     """(sleep seconds, tokens) per decode step after the prefill token."""
     left, r = n_tokens - 1, 0
+    extra = CTX_S_PER_KTOK * prompt_len / 1000
     while left > 0:
         if SPEC:
             k = min(left, math.floor((r + 1) * ACCEPT) - math.floor(r * ACCEPT))
-            yield ROUND_S, max(k, 1)
+            yield ROUND_S + extra, max(k, 1)
             left -= max(k, 1)
         else:
-            yield STEP_S, 1
+            yield STEP_S + extra, 1
             left -= 1
         r += 1
 
 
-def produce_ids(n, seed):
+def triton_cache_dir():
+    if env("TRITON_CACHE_DIR"):
+        return Path(env("TRITON_CACHE_DIR"))
+    return Path(env("TRITON_HOME") or env("HOME") or "~").expanduser() / ".triton" / "cache"
+
+
+def compile_bucket(bs):
+    """The first batch of a new power-of-two bucket compiles the kernel again (a new cache entry), once; a cache
+    that already holds the entry (an earlier server with the same cache dir) compiles nothing."""
+    bucket = 1 << (bs - 1).bit_length()
+    with lock:
+        if not COMPILE_S or bucket in state["buckets"]:
+            return
+        state["buckets"].add(bucket)
+    entry = triton_cache_dir() / f"{zlib.crc32(KERNEL.encode()):08x}-bs{bucket}"
+    if entry.is_dir():
+        return
+    time.sleep(COMPILE_S)
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / f"{KERNEL}.json").write_text(json.dumps({"name": KERNEL, "constants": {"bs_upper": bucket}}))
+    (entry / f"{KERNEL}.cubin").write_bytes(b"\0" * 16)
+    (entry / f"__grp__{KERNEL}.json").write_text(json.dumps({"child_paths": {f"{KERNEL}.json": str(entry)}}))
+
+
+def produce_ids(n, seed, prompt_len=0):
     """The token ids of each chunk of one request of n tokens: the prefill's first token, then a decode step's
     (or a verify round's) tokens, sleeping as the server's speed says and counting spec totals and step times."""
     with lock:
         state["running"] += 1
+        running = state["running"]
     try:
+        compile_bucket(running)
         time.sleep(PREFILL_S)
         yield [100 + seed % 2048]
         made, tic = 1, time.perf_counter()
-        for k, (dt, toks) in enumerate(decode_steps(n), 1):
+        for k, (dt, toks) in enumerate(decode_steps(n, prompt_len), 1):
             time.sleep(dt)
             with lock:
                 if SPEC:
@@ -124,8 +161,8 @@ def produce_ids(n, seed):
 class Handler(OpenAIRoutes):
     model = args.model_path
 
-    def produce(self, n, seed):
-        for ids in produce_ids(n, seed):
+    def produce(self, n, seed):  # OpenAIRoutes seeds with the prompt's token count
+        for ids in produce_ids(n, seed, prompt_len=seed):
             yield [f" t{i}" for i in ids]
 
     def do_GET(self):
@@ -165,11 +202,16 @@ class Handler(OpenAIRoutes):
             return None
         if self.path == "/start_profile":
             src = os.environ.get("FAKE_TRACE")
+            if os.environ.get("FAKE_TRACES"):
+                listed = os.environ["FAKE_TRACES"].split(",")
+                with lock:
+                    src = listed[min(state.setdefault("windows", 0), len(listed) - 1)]
+                    state["windows"] += 1
             if not src:
                 return self._send(400, {"error": {"message": "profiling is not enabled (no FAKE_TRACE)"}})
             stamp = time.time()
             for rank in range(args.tp_size):
-                path = os.environ.get(f"FAKE_TRACE_TP{rank}", src)
+                path = os.environ.get(f"FAKE_TRACE_TP{rank}", src) if rank else src
                 suffix = ".trace.json.gz" if path.endswith(".gz") else ".trace.json"
                 name = f"{body.get('profile_prefix', '')}-{stamp}-TP-{rank}{suffix}"
                 with open(path, "rb") as f, open(os.path.join(body["output_dir"], name), "wb") as g:
@@ -194,7 +236,7 @@ class Handler(OpenAIRoutes):
             self.send_header("Connection", "close")
             self.end_headers()
         out, verify_ct = [], 0
-        for new in produce_ids(n, seed):
+        for new in produce_ids(n, seed, prompt_len=len(ids) if ids else 0):
             out += new
             verify_ct += 1 if SPEC and len(out) > 1 else 0
             if stream:

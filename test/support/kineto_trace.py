@@ -186,3 +186,28 @@ def _verify_forward(s: VerifyShape, rs: list[_Rank], waits: str) -> None:
     compute(GEMM, s.head)
     meet(NCCL_AG, s.allgather)
     compute("sampling_tail", s.tail)
+
+
+def class_trace(steps: int, kernels: list[tuple[str, float]], *, name: str = "step[TARGET_VERIFY bs=1]",
+                memcpy_us: float = 0.0) -> Trace:
+    """`steps` forwards replayed from a CUDA graph, each running `kernels` ((name, duration us), in order) and,
+    with memcpy_us, one device-to-device copy: a known GPU time per kernel and per step (trace.kernel_classes)."""
+    tr = Trace()
+    cpu_ts = gpu_ts = 1000.0
+    for _ in range(steps):
+        tr.span(name, cpu_ts, 60.0)
+        corr = tr.launch("cudaGraphLaunch", cpu_ts + 40.0)
+        t = max(gpu_ts, cpu_ts + 80)
+        start = t
+        for kname, dur in kernels:
+            tr.kernel(kname, t, corr, dur=dur)
+            t += dur + 1.0
+        if memcpy_us:
+            tr.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)",
+                              "pid": tr.dev, "tid": STREAM, "ts": t, "dur": memcpy_us,
+                              "args": {"correlation": corr, "device": tr.dev, "stream": STREAM}})
+            t += memcpy_us + 1.0
+        tr.span(name, start, t - start, cat="gpu_user_annotation", pid=tr.dev, tid=STREAM)
+        gpu_ts = t
+        cpu_ts = t + 10.0
+    return tr

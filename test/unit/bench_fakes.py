@@ -107,6 +107,62 @@ expect_break_even = 1.9
     return p
 
 
+def write_grid_config(tmp: Path, *, name: str = "fakegrid", baseline_env: dict[str, str] | None = None,
+                      eagle_env: dict[str, str] | None = None, contexts: str = "[16, 64]",
+                      concurrency: str = "[1, 2]", min_ratio: str = "{ 16 = { 1 = 1.3, 2 = 1.1 }, 64 = { 1 = 1.2 } }",
+                      verdict_extra: str = "", extra: str = "", api: str = "completions", repeats: int = 1,
+                      token_range: str | None = "[100, 2148]") -> Path:
+    """A 2-arm grid config ([workload] contexts) against the fake SGLang server, launched; model directories are
+    real (<tmp>/models/target with a tokenizer.json when token_range is None: ids 100..2147 special-free)."""
+    for d in ("target", "draft"):
+        (tmp / "models" / d).mkdir(parents=True, exist_ok=True)
+        (tmp / "models" / d / "config.json").write_text("{}\n")
+    vocab = {f"t{i}": i for i in range(2148)}
+    added = [{"id": i, "content": f"t{i}", "special": True} for i in range(100)]
+    (tmp / "models" / "target" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab},
+                                                                          "added_tokens": added}))
+    text = f'''
+name = "{name}"
+[model]
+target = {json.dumps(str(tmp / "models" / "target"))}
+draft = {json.dumps(str(tmp / "models" / "draft"))}
+tokenizer = "{"none" if api == "generate" else "target"}"
+[server]
+tp = 1
+launcher = [{json.dumps(sys.executable)}, {json.dumps(str(FAKE_SERVER))}]
+port = 0
+startup_timeout_s = 20
+teardown_grace_s = 2
+env = {{ FAKE_STARTUP_S = "0.2" }}
+[speculative]
+args = ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "3"]
+[arms.baseline]
+env = {toml_env(baseline_env or {"FAKE_STEP_MS": "4"})}
+[arms.eagle3]
+speculative = true
+env = {toml_env(eagle_env or {"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3"})}
+[workload]
+api = "{api}"
+contexts = {contexts}
+output_len = 24
+concurrency = {concurrency}
+rounds = 2
+repeats = {repeats}
+{f"token_range = {token_range}" if token_range else ""}
+{extra}
+[verdict]
+baseline = "baseline"
+speculative = ["eagle3"]
+min_ratio = {min_ratio}
+expect_accept_len = 2.5
+expect_break_even = 1.5
+{verdict_extra}
+'''
+    p = tmp / f"{name}.toml"
+    p.write_text(text)
+    return p
+
+
 def alive(pid: int) -> bool:
     """True if pid exists and is not a zombie."""
     try:

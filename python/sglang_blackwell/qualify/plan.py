@@ -151,7 +151,8 @@ def plan_eagle3(a: argparse.Namespace, checkout: Path | None, gpus: int) -> Eagl
         raise UserError(f"bench eagle3 at TP={tp} ({'--tp' if a.tp else path}) needs {tp} GPUs; "
                         f"this box has {gpus} (pass --tp {gpus})")
     if derived:  # the rewritten config lives elsewhere: its prompt file path becomes absolute
-        raw["workload"]["prompts"] = str(cfg.workload.prompts_path)
+        if cfg.workload.prompts_path is not None:  # a grid config makes its prompts (workload.contexts)
+            raw["workload"]["prompts"] = str(cfg.workload.prompts_path)
         raw["description"] = (cfg.description + " " if cfg.description else "") + "[qualify: " + why + "]"
         parse_config(raw, path)  # validate what will be written, now
     return Eagle3Plan(config_path=path, raw=raw, derived=derived, tp=tp, name=cfg.name, why=why)

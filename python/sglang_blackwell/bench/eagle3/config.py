@@ -9,14 +9,19 @@ to a default). Paths in the config (the prompt file) are relative to the config 
     [speculative] args                      (added to every arm with speculative = true, with the draft path)
     [arms.<name>] speculative, args, env    (at least two arms; one baseline, one speculative)
     [workload]  api, prompts, prompt_template, output_len, concurrency, rounds, repeats, warmup_output_len,
-                stream, token_range
+                stream, token_range, contexts, prompt_seed
                 api: "completions" (streamed /v1/completions, text prompts), "chat" (streamed
                 /v1/chat/completions, one user message per prompt, the server's chat template) or "generate"
                 (SGLang's native /generate; input_ids with tokenizer = "none"). Default: "completions" when the
                 model has a tokenizer, else "generate". The OpenAI APIs always stream; `stream` is for /generate.
+                contexts (prompt lengths in tokens) turns on grid mode: every (context, concurrency) cell is measured
+                on generated token-id prompts (bench/eagle3/prompts.py, seeded by prompt_seed); no prompt file then.
     [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
-                accept_len_tolerance, expect_break_even
-    [profile]   steps, arms, timeout_s      (optional torch-profiler window for draft/verify/decode GPU times)
+                accept_len_tolerance, expect_break_even, first_burst_min_ratio (grid mode)
+                grid mode: min_ratio = { <context> = { <concurrency> = <ratio> } }
+    [profile]   steps, arms, timeout_s, contexts (grid mode: one window per listed context)
+                (optional torch-profiler window for draft/verify/decode GPU times)
+    [crosscheck] cells, num_prompts, python, timeout_s   (grid mode: upstream's sglang.bench_serving per cell)
 """
 
 from __future__ import annotations
@@ -91,7 +96,7 @@ class Prompt:
 @dataclass(frozen=True)
 class WorkloadSpec:
     api: str  # one of APIS
-    prompts_path: Path
+    prompts_path: Path | None  # None in grid mode (the prompts are generated)
     prompts: tuple[Prompt, ...]
     output_len: int
     concurrency: tuple[int, ...]
@@ -100,6 +105,13 @@ class WorkloadSpec:
     warmup_output_len: int
     stream: bool  # always true for the OpenAI APIs
     token_range: tuple[int, int] | None
+    contexts: tuple[int, ...] = ()  # grid mode: prompt lengths in tokens, ascending; () = the prompt file
+    prompt_seed: int = 0  # grid mode: the generated prompts' seed (bench/eagle3/prompts.py)
+
+    @property
+    def grid(self) -> bool:
+        """Grid mode: every (context, concurrency) cell, generated prompts."""
+        return bool(self.contexts)
 
     @property
     def api_family(self) -> str:
@@ -118,12 +130,25 @@ class VerdictSpec:
     expect_accept_len: float | None
     expect_break_even: float | None
     accept_len_tolerance: float | None = None  # set: |measured - expect_accept_len| <= it is a verdict check
+    # grid mode: context -> concurrency -> min ratio (min_ratio is then empty)
+    grid_min_ratio: dict[int, dict[int, float]] = field(default_factory=dict)
+    first_burst_min_ratio: float | None = None  # grid mode: first-burst tok/s >= it x the same arm's warm tok/s
 
 
 @dataclass(frozen=True)
 class ProfileSpec:
     steps: int  # 0: no profiler window
     arms: tuple[str, ...]
+    timeout_s: float
+    contexts: tuple[int, ...] = ()  # grid mode: one window per listed context (prompt of that length)
+
+
+@dataclass(frozen=True)
+class CrosscheckSpec:
+    """Upstream's `python -m sglang.bench_serving` on the same server, per listed grid cell (grid mode)."""
+    cells: tuple[tuple[int, int], ...]  # (context, concurrency)
+    num_prompts: int
+    python: str
     timeout_s: float
 
 
@@ -140,6 +165,11 @@ class BenchConfig:
     verdict: VerdictSpec
     profile: ProfileSpec
     raw: dict[str, Any] = field(repr=False)
+    crosscheck: CrosscheckSpec | None = None
+
+    @property
+    def grid(self) -> bool:
+        return self.workload.grid
 
     @property
     def sha256(self) -> str:
@@ -251,7 +281,7 @@ def load_config(path: str | Path) -> BenchConfig:
 
 def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
     top = _Section(path, "", data, {"name", "description", "model", "server", "speculative", "arms",
-                                    "workload", "verdict", "profile"})
+                                    "workload", "verdict", "profile", "crosscheck"})
     name = top.str_("name", path.stem)
     if name in (".", "..") or "/" in name or "\\" in name or not name.isprintable() or len(name) > NAME_MAX:
         raise top.error("name", f"{name!r}: it names the receipt files, so one file-name part: no / or \\, no "
@@ -302,7 +332,7 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
 
     v = _Section(path, "verdict", top._get("verdict", None, True),
                  {"baseline", "speculative", "min_ratio", "fusion", "min_fusion_gain", "expect_accept_len",
-                  "accept_len_tolerance", "expect_break_even"})
+                  "accept_len_tolerance", "expect_break_even", "first_burst_min_ratio"})
     baseline = v.str_("baseline", required=True)
     _check_arm(v, "baseline", baseline, arms, speculative=False)
     spec_arms = v.str_list("speculative", [a.name for a in arms.values() if a.speculative])
@@ -310,7 +340,8 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
         raise v.error("speculative", "needs at least one speculative arm to compare against the baseline")
     for a in spec_arms:
         _check_arm(v, "speculative", a, arms, speculative=True)
-    min_ratio = _parse_min_ratio(v, workload.concurrency)
+    grid_min_ratio = _parse_grid_min_ratio(v, workload) if workload.grid else {}
+    min_ratio = {} if workload.grid else _parse_min_ratio(v, workload.concurrency)
     fusion = v.str_list("fusion")
     if fusion and len(fusion) != 2:
         raise v.error("fusion", f"expected [\"<fusion-on arm>\", \"<fusion-off arm>\"], got {list(fusion)}")
@@ -325,20 +356,27 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
         min_fusion_gain=min_fusion_gain,
         expect_accept_len=v.num("expect_accept_len", None, min_=1.0),
         expect_break_even=v.num("expect_break_even", None, min_=0.0),
-        accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0))
+        accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0),
+        grid_min_ratio=grid_min_ratio, first_burst_min_ratio=_first_burst_min_ratio(v, workload.grid))
     if verdict.accept_len_tolerance is not None and verdict.expect_accept_len is None:
         raise v.error("accept_len_tolerance", "needs expect_accept_len (the value it is a tolerance of)")
 
-    p = _Section(path, "profile", top._get("profile", {}, False), {"steps", "arms", "timeout_s"})
-    profile = ProfileSpec(steps=p.int_("steps", 0, min_=0),
-                          arms=p.str_list("arms", [baseline, *spec_arms]),
-                          timeout_s=p.num("timeout_s", 120.0, min_=1.0))
+    p = _Section(path, "profile", top._get("profile", {}, False), {"steps", "arms", "timeout_s", "contexts"})
+    steps = p.int_("steps", 0, min_=0)
+    profile = ProfileSpec(steps=steps, arms=p.str_list("arms", [baseline, *spec_arms]),
+                          timeout_s=p.num("timeout_s", 120.0, min_=1.0),
+                          contexts=_profile_contexts(p, workload, steps))
     for a in profile.arms:
         _check_arm(p, "arms", a, arms, speculative=None)
+    crosscheck = None
+    if top.has("crosscheck"):
+        crosscheck = _parse_crosscheck(_Section(path, "crosscheck", data["crosscheck"],
+                                                {"cells", "num_prompts", "python", "timeout_s"}),
+                                       workload, model, server.launcher)
 
     return BenchConfig(name=name, path=path, description=description, model=model, server=server,
                        speculative_args=speculative_args, arms=arms, workload=workload, verdict=verdict,
-                       profile=profile, raw=data)
+                       profile=profile, raw=data, crosscheck=crosscheck)
 
 
 def _no_harness_flags(sec: _Section, key: str, args: tuple[str, ...]) -> None:
@@ -364,22 +402,123 @@ def _parse_min_ratio(v: _Section, concurrency: tuple[int, ...]) -> dict[int, flo
                                    "e.g. min_ratio = { 1 = 1.3 }")
     out: dict[int, float] = {}
     for k, r in raw.items():
-        try:
-            c = int(k)
-        except ValueError:
-            raise v.error(f"min_ratio.{k}", "keys are concurrency levels (integers)") from None
+        c = _int_key(v, f"min_ratio.{k}", k, "concurrency levels")
         if c not in concurrency:
             raise v.error(f"min_ratio.{k}",
                           f"concurrency {c} is not in workload.concurrency {list(concurrency)}")
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            raise v.error(f"min_ratio.{k}", f"expected a positive number, got {r!r}")
-        out[c] = float(r)
+        out[c] = _ratio(v, f"min_ratio.{k}", r)
     return out
+
+
+def _ratio(v: _Section, key: str, r: Any) -> float:
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+        raise v.error(key, f"expected a positive number, got {r!r}")
+    return float(r)
+
+
+def _int_key(sec: _Section, key: str, k: str, what: str) -> int:
+    try:
+        return int(k)
+    except ValueError:
+        raise sec.error(key, f"keys are {what} (integers)") from None
+
+
+def _parse_grid_min_ratio(v: _Section, w: WorkloadSpec) -> dict[int, dict[int, float]]:
+    """min_ratio = { <context> = { <concurrency> = <ratio> } }: every key one of the grid's."""
+    raw = v._get("min_ratio", None, True)
+    if not isinstance(raw, dict) or not raw:
+        raise v.error("min_ratio", "grid mode (workload.contexts): expected a table of <context> = { <concurrency> "
+                                   "= <ratio> }, e.g. min_ratio = { 256 = { 1 = 1.35 } }")
+    out: dict[int, dict[int, float]] = {}
+    for k, per_c in raw.items():
+        ctx = _int_key(v, f"min_ratio.{k}", k, "context lengths")
+        if ctx not in w.contexts:
+            raise v.error(f"min_ratio.{k}", f"context {ctx} is not in workload.contexts {list(w.contexts)}")
+        if not isinstance(per_c, dict) or not per_c:
+            raise v.error(f"min_ratio.{k}", f"expected a table of <concurrency> = <ratio> (grid mode), "
+                                            f"e.g. {k} = {{ 1 = 1.35 }}, got {per_c!r}")
+        out[ctx] = {}
+        for ck, r in per_c.items():
+            key = f"min_ratio.{k}.{ck}"
+            c = _int_key(v, key, ck, "concurrency levels")
+            if c not in w.concurrency:
+                raise v.error(key, f"concurrency {c} is not in workload.concurrency {list(w.concurrency)}")
+            out[ctx][c] = _ratio(v, key, r)
+    return out
+
+
+def _first_burst_min_ratio(v: _Section, grid: bool) -> float | None:
+    r = v.num("first_burst_min_ratio", None, min_=0.0)
+    if r is None:
+        return None
+    if not grid:
+        raise v.error("first_burst_min_ratio", "grid mode only (needs workload.contexts)")
+    if not 0 < r <= 1:
+        raise v.error("first_burst_min_ratio", f"expected a number in (0, 1], got {r!r}")
+    return r
+
+
+def _profile_contexts(p: _Section, w: WorkloadSpec, steps: int) -> tuple[int, ...]:
+    """[profile] contexts: a subset of workload.contexts (grid mode), one window each; default the smallest."""
+    if not p.has("contexts"):
+        return (w.contexts[0],) if w.grid and steps else ()
+    if not w.grid:
+        raise p.error("contexts", "grid mode only (needs workload.contexts)")
+    got = p.data["contexts"]
+    if (not isinstance(got, list) or not got
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x in w.contexts for x in got)
+            or len(set(got)) != len(got)):
+        raise p.error("contexts", f"expected distinct values of workload.contexts {list(w.contexts)}, got {got!r}")
+    if not steps:
+        raise p.error("contexts", "needs profile.steps > 0 (the window's length)")
+    return tuple(sorted(got))
+
+
+def default_crosscheck_python(launcher: tuple[str, ...]) -> str:
+    """The launcher's interpreter when it is [<python>, "-m", ...], else python3."""
+    return launcher[0] if len(launcher) >= 2 and launcher[1] == "-m" else "python3"
+
+
+def _parse_crosscheck(x: _Section, w: WorkloadSpec, model: ModelSpec,
+                      launcher: tuple[str, ...]) -> CrosscheckSpec:
+    if not w.grid:
+        raise x.error(None, "grid mode only (needs workload.contexts)")
+    if model.tokenizer == "none":
+        raise x.error(None, "sglang.bench_serving needs the model's tokenizer, but [model] tokenizer = \"none\"")
+    raw = x._get("cells", None, True)
+    cells: list[tuple[int, int]] = []
+    if not isinstance(raw, list) or not raw:
+        raise x.error("cells", f"expected a list of [context, concurrency] pairs, got {raw!r}")
+    for cell in raw:
+        if (not isinstance(cell, list) or len(cell) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) for n in cell)
+                or cell[0] not in w.contexts or cell[1] not in w.concurrency):
+            raise x.error("cells", f"{cell!r}: expected [context, concurrency] of the grid (contexts "
+                                   f"{list(w.contexts)}, concurrency {list(w.concurrency)})")
+        if tuple(cell) in cells:
+            raise x.error("cells", f"{cell!r} is listed twice")
+        cells.append((cell[0], cell[1]))
+    return CrosscheckSpec(cells=tuple(cells), num_prompts=x.int_("num_prompts", 8),
+                          python=x.str_("python", default_crosscheck_python(launcher)) or "python3",
+                          timeout_s=x.num("timeout_s", 300.0, min_=1.0) or 300.0)
+
+
+def _parse_contexts(w: _Section) -> tuple[int, ...]:
+    got = w._get("contexts", None, False)
+    if got is None:
+        return ()
+    if (not isinstance(got, list) or not got
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in got)
+            or len(set(got)) != len(got)):
+        raise w.error("contexts", f"expected a non-empty list of distinct integers >= 1 (prompt lengths in "
+                                  f"tokens), got {got!r}")
+    return tuple(sorted(got))
 
 
 def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
     w = _Section(path, "workload", data, {"api", "prompts", "prompt_template", "output_len", "concurrency",
-                                          "rounds", "repeats", "warmup_output_len", "stream", "token_range"})
+                                          "rounds", "repeats", "warmup_output_len", "stream", "token_range",
+                                          "contexts", "prompt_seed"})
     api = w.str_("api", "generate" if model.tokenizer == "none" else "completions")
     if api not in APIS:
         raise w.error("api", f"expected one of {', '.join(repr(a) for a in APIS)}, got {api!r}")
@@ -402,6 +541,11 @@ def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
                 or not 0 <= tr[0] < tr[1]):
             raise w.error("token_range", f"expected [lo, hi) with 0 <= lo < hi, got {tr!r}")
         token_range = (tr[0], tr[1])
+    contexts = _parse_contexts(w)
+    if contexts:
+        return _grid_workload(w, api, tuple(conc), stream, token_range, contexts)
+    if w.has("prompt_seed"):
+        raise w.error("prompt_seed", "grid mode only (needs workload.contexts)")
     rel = w.str_("prompts", required=True)
     try:
         prompts_path = (path.parent / rel).resolve()
@@ -430,6 +574,23 @@ def _parse_workload(path: Path, data: Any, model: ModelSpec) -> WorkloadSpec:
         concurrency=tuple(conc), rounds=w.int_("rounds", 2), repeats=w.int_("repeats", 3),
         warmup_output_len=w.int_("warmup_output_len", 16), stream=stream,
         token_range=token_range)
+
+
+def _grid_workload(w: _Section, api: str, conc: tuple[int, ...], stream: bool,
+                   token_range: tuple[int, int] | None, contexts: tuple[int, ...]) -> WorkloadSpec:
+    """Grid mode: the prompts are made (token ids), not read."""
+    for key in ("prompts", "prompt_template"):
+        if w.has(key):
+            raise w.error(key, "grid mode (workload.contexts) makes its own token-id prompts "
+                               "(bench/eagle3/prompts.py): remove it")
+    if api == "chat":
+        raise w.error("api", "grid mode (workload.contexts) sends token-id prompts: use \"completions\" (the "
+                             "OpenAI completions API takes a list of token ids) or \"generate\", not \"chat\"")
+    return WorkloadSpec(
+        api=api, prompts_path=None, prompts=(), output_len=w.int_("output_len", required=True, min_=2),
+        concurrency=conc, rounds=w.int_("rounds", 2), repeats=w.int_("repeats", 3),
+        warmup_output_len=w.int_("warmup_output_len", 16), stream=stream, token_range=token_range,
+        contexts=contexts, prompt_seed=w.int_("prompt_seed", 0, min_=0))
 
 
 def read_text(path: Path, where: str | None = None) -> str:

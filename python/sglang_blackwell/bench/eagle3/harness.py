@@ -8,6 +8,9 @@ closed-loop workload over [workload] api (streamed /v1/completions or /v1/chat/c
 streamed TTFT probe first when /generate is not streamed), snapshot. SGLang-only steps are skipped, in one line,
 on a server without /server_info. Optionally a torch-profiler window for draft/verify/decode GPU times. Then
 take the server down completely.
+Grid mode ([workload] contexts, bench/eagle3/grid.py): no warm-up; every (context, concurrency) cell measured on
+generated prompts, first burst then warm window, with the Triton compiles of each, per-context profiler windows and
+upstream's bench_serving as a cross-check.
 Every arm run is appended to <stem>_runs.jsonl as soon as it ends; the receipt, the verdict and the plots come
 from those runs (also later, from several such files: --from-runs).
 """
@@ -15,7 +18,6 @@ from those runs (also later, from several such files: --from-runs).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -34,8 +36,8 @@ from ... import procs, receipts
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
 from ...paths import output_problem, repo_root
-from . import client, plots, preflight, sglang_api, trace, vllm_api
-from .config import ArmSpec, BenchConfig, load_config, select_arms, with_tp
+from . import client, grid, grid_verdict, plots, preflight, prompts, sglang_api, trace, triton_cache, vllm_api, window
+from .config import ArmSpec, BenchConfig, Prompt, VerdictSpec, load_config, select_arms, with_tp
 from .server import (
     Server,
     ServerError,
@@ -47,8 +49,8 @@ from .server import (
     openai_health,
     port_of,
 )
-from .stats import median
 from .verdict import LEVEL_METRICS, aggregate, evaluate, summary
+from .window import fmt as _fmt
 
 KIND = "bench-eagle3"
 RUN_SCHEMA = "sglang-blackwell/bench-eagle3-run/1"
@@ -160,6 +162,8 @@ def run(a: argparse.Namespace) -> int:
         mode = "attach" if attach else "launch"
         if not attach:
             check_target_layers(cfg)
+        if cfg.grid:
+            prompts.allowed_ids(cfg)  # what the grid's prompts are drawn from: exit 2 before anything is written
         out_dir.mkdir(parents=True, exist_ok=True)
         runs = []
         try:
@@ -376,6 +380,8 @@ def run_problem(run: Any, cfg: BenchConfig) -> str | None:
         if not (isinstance(st, dict) and _number(st.get("median_ms"))
                 and all(_number(st[k]) for k in ("allreduce_ms", "add_rmsnorm_ms") if k in st)):
             return f"profile.stages.{name} lacks numeric median_ms (and allreduce_ms, add_rmsnorm_ms)"
+    if cfg.grid and (problem := grid_verdict.grid_run_problem(run)):
+        return problem
     return _verify_ranks_problem((run.get("profile") or {}).get("verify_ranks"))
 
 
@@ -535,62 +541,41 @@ def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any],
                  "window" + ("; accept length from vLLM's /metrics spec-decode counters"
                              if peer is not None and arm.speculative else ""))
     rec["server"].update(api=w.api, model_id=ep.model)
+    srv = window.Server(ep=ep, sglang=info is not None, speculative=arm.speculative, peer_metrics=peer is not None)
     warm_ep = dataclasses.replace(ep, stream=False) if ep.api == "generate" else ep  # /generate: unstreamed
+    if cfg.grid:
+        def profile(prompt: Prompt, info: dict[str, Any] = info or {}) -> dict[str, Any]:
+            return profile_window(cfg, server, info, progress, ep=warm_ep, prompt=prompt, kernel_classes=True)
+
+        grid.measure_grid(cfg, arm, srv, rec, progress, ids=prompts.allowed_ids(cfg),
+                          triton_dir=triton_cache.cache_dir(server_env(cfg, arm)) if launched else None,
+                          profile=profile if info is not None else None)
+        return
     for c in w.concurrency:  # warm-up: every batch size the window uses (JIT kernels compile on first use)
         client.run_level(warm_ep, w.prompts, concurrency=c, rounds=1, output_len=w.warmup_output_len,
                          prompt_offset=len(w.prompts) - c)
     ttft_probe = None if w.stream else client.ttft_probe(ep, w.prompts[0], n=3)
     offset = 0
     for c in w.concurrency:
-        reset, before, peer_before = False, None, None
-        if info is not None:
-            _flush_cache(url)
-            reset = sglang_api.reset_spec_stats(url) if arm.speculative else False
-            before = sglang_api.step_times(sglang_api.server_info(url))
-        elif peer is not None and arm.speculative:
-            peer_before = vllm_api.metrics(url)
-        lv = client.run_level(ep, w.prompts, concurrency=c, rounds=w.rounds, output_len=w.output_len,
-                              prompt_offset=offset)
-        after_info = sglang_api.server_info(url) if info is not None else None
+        m = window.measure(srv, w.prompts, concurrency=c, rounds=w.rounds, output_len=w.output_len,
+                           prompt_offset=offset, ttft_probe=ttft_probe)
         offset += c * w.rounds
-        m = client.level_metrics(lv, ttft_probe)
-        steps = sglang_api.new_step_times(before, sglang_api.step_times(after_info), c) if after_info else []
-        m["step_ms"] = round(1e3 * sglang_api.low_quantile(steps), 4) if steps else None
-        m["step_ms_median"] = round(1e3 * median(steps), 4) if steps else None
-        m["step_samples"] = len(steps)
-        m["accept_len_server"] = sglang_api.avg_accept_length(after_info) if reset and after_info else None
-        if m["accept_len"] is None and m["accept_len_server"] is not None:  # the OpenAI API carries no counts
-            m.update(accept_len=m["accept_len_server"], accept_len_source="server_info")
-        if peer_before is not None:
-            acc = vllm_api.accept_length(peer_before, vllm_api.metrics(url))
-            if acc is not None:
-                m.update(accept_len=round(acc, 4), accept_len_source="metrics")
         rec["levels"][str(c)] = m
-        progress(f"  c={c}: {m['tok_s']:.1f} tok/s, TTFT {_fmt(m['ttft_ms'])} ms, "
-                 f"TPOT {_fmt(m['tpot_ms'])} ms, ITL p99 {_fmt(m['itl_ms_p99'])} ms"
-                 + (f", accept {m['accept_len']:.2f}" if m["accept_len"] is not None else "")
-                 + (f", step {m['step_ms']:.2f} ms ({len(steps)} samples)" if steps else ", no step times"))
+        progress(f"  c={c}: " + window.line(m))
     if cfg.profile.steps and arm.name in cfg.profile.arms and info is not None:
         rec["profile"] = profile_window(cfg, server, info, progress, ep=warm_ep)
 
 
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
-
-def _flush_cache(url: str) -> None:
-    with contextlib.suppress(OSError, ValueError):  # radix cache disabled or busy: nothing to flush
-        sglang_api.http_json(url + "/flush_cache", {}, timeout=30)
-
-
 def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progress: Progress, *,
-                   ep: client.Endpoint | None = None) -> dict[str, Any]:
+                   ep: client.Endpoint | None = None, prompt: Prompt | None = None,
+                   kernel_classes: bool = False) -> dict[str, Any]:
     """Torch profiler over cfg.profile.steps forward batches of one request. SGLang writes one trace per TP rank:
     rank 0's gives the stage times (trace.stage_times), all of them the verify time with the waits for the other
     rank taken out and the per-call kernel medians (trace.verify_across_ranks, "verify_ranks"). Every rank's
     trace is kept next to the server log (<log stem>.trace.json.gz for rank 0, <log stem>.TP-<r>.trace.json.gz
     for rank r; gzipped as sglang writes them), or deleted when there is no log (--attach). The server writes
-    the traces, so this works for servers on this machine only."""
+    the traces, so this works for servers on this machine only. `prompt`: the request's (default the first of the
+    prompt file); `kernel_classes`: also rank 0's GPU time per kernel class per step (trace.kernel_classes)."""
     steps = cfg.profile.steps
     per_step = int(info.get("speculative_num_draft_tokens") or 1)
     ranks = int(info.get("tp_size") or cfg.server.tp or 1)
@@ -598,11 +583,11 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progr
     os.chmod(tmp, 0o777)
     try:
         sglang_api.start_profile(server.url, str(tmp), steps, prefix="bench")
-        client.send(ep or client.Endpoint(url=server.url, api="generate", stream=False), cfg.workload.prompts[0],
-                    steps * per_step + 16)
+        client.send(ep or client.Endpoint(url=server.url, api="generate", stream=False),
+                    prompt or cfg.workload.prompts[0], steps * per_step + 16)
         sglang_api.stop_profile(server.url)
         paths = _wait_traces(tmp, ranks, cfg.profile.timeout_s)
-        res = _read_traces(paths, time.monotonic() + cfg.profile.timeout_s)
+        res = _read_traces(paths, time.monotonic() + cfg.profile.timeout_s, kernel_classes)
         res.update(steps=steps, trace_bytes=paths[0].stat().st_size)
         missing = [r for r in range(ranks) if r >= len(paths)]
         if missing:
@@ -685,11 +670,11 @@ def _wait_traces(d: Path, ranks: int, timeout_s: float) -> list[Path]:
     return out
 
 
-def _read_traces(paths: list[Path], deadline: float) -> dict[str, Any]:
+def _read_traces(paths: list[Path], deadline: float, kernel_classes: bool = False) -> dict[str, Any]:
     """trace.profile_traces, again after a pause while a file is still being written (a gzip stream cut short)."""
     while True:
         try:
-            return trace.profile_traces(paths)
+            return trace.profile_traces(paths, classes=kernel_classes)
         except (EOFError, ValueError, OSError):
             if time.monotonic() >= deadline:
                 raise
@@ -700,8 +685,6 @@ def _read_traces(paths: list[Path], deadline: float) -> dict[str, Any]:
 
 def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]], *, repeats: int, mode: str,
                   interrupted: str | None = None, fatal: str | None = None) -> dict[str, Any]:
-    conc = cfg.workload.concurrency
-    agg = aggregate(runs, arms, conc)
     problems = [f"arm {r['arm']} repeat {r['repeat']}: {r['error'].splitlines()[0]}"
                 for r in runs if r.get("error")]
     per_arm = {a: sum(1 for r in runs if r["arm"] == a) for a in arms}
@@ -731,8 +714,7 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
                                 fusion_on=v.fusion_on if fusion_ok else None,
                                 fusion_off=v.fusion_off if fusion_ok else None,
                                 min_fusion_gain=v.min_fusion_gain if fusion_ok else None)
-    verdict = evaluate(agg, v_run, conc, problems=problems,
-                       spec_arms=[a for a in arms if cfg.arms[a].speculative])
+    agg, verdict = judged(cfg, runs, arms, v_run, problems)
     verdict["notes"] = notes
     host = next((r["host"] for r in runs if r.get("host")), None)  # the machine that measured
     m = host["machine"] if host else nvidia.machine()
@@ -745,23 +727,46 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
                     if (r.get("server") or {}).get("engine") == "vllm" and r["server"].get("engine_version")})
     if peers:
         versions["vllm"] = peers[0] if len(peers) == 1 else peers
-    prompts_sha = hashlib.sha256(cfg.workload.prompts_path.read_bytes()).hexdigest()
+    c1_verdict = grid_verdict.smallest_context(verdict, cfg.workload.contexts[0]) if cfg.grid else verdict
+    summ = summary(agg, c1_verdict, v_run, machine=nvidia.machine_label(m), tp=cfg.server.tp,
+                   config=cfg.name, api=cfg.workload.api_family, engine=engine_label(runs, v_run.speculative[0]),
+                   target_layers=cfg.model.target_layers)
+    if cfg.grid:
+        summ.update(grid_verdict.grid_summary(verdict, v_run, cfg.workload.contexts))
+    extra = {"crosscheck": [{"arm": r["arm"], "repeat": r["repeat"], **x} for r in runs
+                            for x in r.get("crosscheck") or []]} if cfg.grid else {}
     return receipts.make_receipt(
-        KIND,
-        summary(agg, verdict, v_run, machine=nvidia.machine_label(m), tp=cfg.server.tp, config=cfg.name,
-                api=cfg.workload.api_family, engine=engine_label(runs, v_run.speculative[0]),
-                target_layers=cfg.model.target_layers),
-        tp=cfg.server.tp, machine=m, versions=versions,
+        KIND, summ, tp=cfg.server.tp, machine=m, versions=versions,
         config={"name": cfg.name, "path": str(cfg.path), "sha256": cfg.sha256, "content": cfg.raw},
         mode=mode,
         arms={a: {"speculative": cfg.arms[a].speculative, "args": list(cfg.arms[a].args),
                   "env": cfg.arms[a].env} for a in arms},
-        workload={"prompts": str(cfg.workload.prompts_path), "prompts_sha256": prompts_sha,
-                  "num_prompts": len(cfg.workload.prompts), "output_len": cfg.workload.output_len,
-                  "concurrency": list(conc), "rounds": cfg.workload.rounds, "repeats": repeats,
-                  "stream": cfg.workload.stream, "api": cfg.workload.api},
-        measurement=MEASUREMENT, aggregate=agg, verdict=verdict, runs=runs,
-        complete=not short and not interrupted and not fatal)
+        workload=workload_facts(cfg, runs, repeats), aggregate=agg, verdict=verdict,
+        measurement={**MEASUREMENT, **(grid.MEASUREMENT if cfg.grid else {})},
+        runs=runs, complete=not short and not interrupted and not fatal, **extra)
+
+
+def judged(cfg: BenchConfig, runs: list[dict[str, Any]], arms: list[str], v: VerdictSpec,
+           problems: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The aggregate and the verdict: per concurrency, or per cell in grid mode (grid_verdict)."""
+    conc, spec_arms = cfg.workload.concurrency, [a for a in arms if cfg.arms[a].speculative]
+    if cfg.grid:
+        agg = grid_verdict.grid_aggregate(runs, arms, cfg.workload.contexts, conc)
+        return agg, grid_verdict.evaluate_grid(agg, v, cfg.workload.contexts, conc, problems=problems,
+                                               spec_arms=spec_arms)
+    agg = aggregate(runs, arms, conc)
+    return agg, evaluate(agg, v, conc, problems=problems, spec_arms=spec_arms)
+
+
+def workload_facts(cfg: BenchConfig, runs: list[dict[str, Any]], repeats: int) -> dict[str, Any]:
+    w = cfg.workload
+    out = {"output_len": w.output_len, "concurrency": list(w.concurrency), "rounds": w.rounds, "repeats": repeats,
+           "stream": w.stream, "api": w.api}
+    if w.grid:
+        return {**grid.workload_facts(cfg, runs), **out}
+    assert w.prompts_path is not None
+    sha = hashlib.sha256(w.prompts_path.read_bytes()).hexdigest()
+    return {"prompts": str(w.prompts_path), "prompts_sha256": sha, "num_prompts": len(w.prompts), **out}
 
 
 def engine_label(runs: list[dict[str, Any]], arm: str) -> str | None:
@@ -797,6 +802,9 @@ def report_text(receipt: dict[str, Any]) -> str:
     s = receipt["summary"]
     lines = [f"bench eagle3 {s['config']} on {s['machine']}, TP={s['tp']} ({receipt['mode']}, "
              f"api {receipt['workload'].get('api', 'generate')})"]
+    if receipt["workload"].get("contexts"):
+        lines.append(f"(grid: this table is context {receipt['workload']['contexts'][0]}, the smallest; "
+                     "every cell below)")
     lines.append(f"{'arm':<16} {'c':>3} {'tok/s median [min-max]':>28} {'accept':>7} {'step ms':>8} "
                  f"{'TTFT ms':>8} {'TPOT ms':>8} {'ITL p99':>8} {'runs':>4}")
     for arm, a in receipt["aggregate"].items():
@@ -812,26 +820,33 @@ def report_text(receipt: dict[str, Any]) -> str:
                          f"{t['n'] if t else 0:>4}")
     v = receipt["verdict"]
     for k in v["checks"]:
+        at = (f"ctx={k['context']} " if "context" in k else "") + f"c={k['concurrency']} {k['arm']}"
         if k.get("kind") == "accept_len":
-            lines.append(f"c={k['concurrency']} {k['arm']}: accept length {_fmt(k['accept_len'])} "
+            lines.append(f"{at}: accept length {_fmt(k['accept_len'])} "
                          f"(expected {k['expect_accept_len']} +- {k['tolerance']}): "
                          + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
+        elif k.get("kind") == "first_burst":
+            lines.append(f"{at}: first burst / warm {_fmt(k.get('first_over_warm'))} (need >= {k['min_ratio']}): "
+                         + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
         elif "worst_over_best" in k:
-            lines.append(f"c={k['concurrency']} {k['arm']} vs {k['baseline']}: "
+            lines.append(f"{at} vs {k['baseline']}: "
                          f"worst/best {k['worst_over_best']:.3f} "
                          f"(need >= {k['min_ratio']}), median ratio {k['median_ratio']:.3f}, accept "
                          f"{_fmt(k['accept_len'])}, break-even {_fmt(k['break_even_accept_len'])}: "
                          + ("pass" if k["passed"] else "FAIL"))
         else:
-            lines.append(f"c={k['concurrency']} {k['arm']}: FAIL ({k['why']})")
+            lines.append(f"{at}: FAIL ({k['why']})")
         for n in (k.get("diagnosis") or {}).get("notes", []):
             lines.append(f"    {n}")
         if k.get("diagnosis"):
             lines.append(f"    regressed: {', '.join(k['diagnosis']['regressed'])}")
     for t in v.get("table", []):
-        lines.append(f"  c={t['concurrency']} {t['arm']}: median ratio {t['median_ratio']:.3f}, accept "
+        ctx = f"ctx={t['context']} " if "context" in t else ""
+        lines.append(f"  {ctx}c={t['concurrency']} {t['arm']}: median ratio {t['median_ratio']:.3f}, accept "
                      f"{_fmt(t['accept_len'])}, break-even {_fmt(t['break_even_accept_len'])} "
                      f"(round {_fmt(t['round_ms'])} ms / decode {_fmt(t['decode_ms'])} ms)")
+    if "grid" in receipt["summary"]:
+        lines += grid_verdict.report_lines(receipt)
     f = v.get("fusion")
     if f:
         lines.append(f"fusion {f['on']} vs {f['off']} at c={f['concurrency']}: "

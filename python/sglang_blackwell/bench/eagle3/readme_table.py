@@ -1,6 +1,8 @@
 """`sglang-blackwell bench table`: the README's results table, generated from the receipts in
 benchmark/results/ (never typed by hand). Prints markdown; --update FILE rewrites the block between
-<!-- bench-eagle3-results:begin --> and <!-- bench-eagle3-results:end --> in FILE.
+<!-- bench-eagle3-results:begin --> and <!-- bench-eagle3-results:end --> in FILE, and the grid block between
+<!-- bench-eagle3-grid:begin --> and <!-- bench-eagle3-grid:end --> where FILE has one (the newest grid receipt,
+`[workload] contexts`, per config and machine: context rows x concurrency columns).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ...receipts import validate_receipt
 
 KIND = "bench-eagle3"
 BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
+GRID_BEGIN, GRID_END = "<!-- bench-eagle3-grid:begin -->", "<!-- bench-eagle3-grid:end -->"
 COLUMNS = ("config", "machine", "TP", "server", "API", "EAGLE-3 / baseline, c=1", "tok/s c=1 (baseline)",
            "TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "accept length", "break-even accept length",
            "verify ms, fusion on / off", "verdict", "date", "receipt")
@@ -67,9 +70,15 @@ def run(a: argparse.Namespace) -> int:
         target = Path(a.update)
         table = markdown_table(receipts, latest_only=not a.all, link_base=target.parent)
         update_block(target, table)
-        print(f"{target}: results table updated ({len(receipts)} receipt(s) in {results})")
+        grid = has_block(target, GRID_BEGIN, GRID_END)
+        if grid:
+            update_block(target, grid_markdown(receipts, link_base=target.parent), GRID_BEGIN, GRID_END)
+        print(f"{target}: results table{' and grid' if grid else ''} updated ({len(receipts)} receipt(s) in "
+              f"{results})")
     else:
         print(markdown_table(receipts, latest_only=not a.all, link_base=Path.cwd()))
+        print()
+        print(grid_markdown(receipts, link_base=Path.cwd()))
     return 0
 
 
@@ -90,6 +99,8 @@ def load_receipts(results: Path) -> list[tuple[Path, dict[str, Any]]]:
         if not probs:
             try:
                 _row(p, r, None)  # every value the table shows has the type it needs
+                if is_grid(r):
+                    grid_section(p, r, None)
             except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
                 probs.append(f"{type(e).__name__}: {e}")
         if probs:
@@ -104,15 +115,7 @@ def _f(v: Any, nd: int = 2, suffix: str = "") -> str:
 
 def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: bool = True,
                    link_base: Path | None = None) -> str:
-    rows = sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True)
-    if latest_only:
-        seen, kept = set(), []
-        for p, r in rows:
-            key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r))  # vLLM next to ours
-            if key not in seen:
-                seen.add(key)
-                kept.append((p, r))
-        rows = kept
+    rows = _latest(receipts) if latest_only else sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for p, r in rows:
         lines.append(_row(p, r, link_base))
@@ -137,7 +140,69 @@ def _row(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
-def update_block(path: Path, table: str) -> None:
+def is_grid(r: dict[str, Any]) -> bool:
+    return isinstance(r["summary"].get("grid"), list)
+
+
+def _latest(receipts: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, dict[str, Any]]]:
+    """The newest receipt per (config, machine, engine): a peer's receipt is its own row, not a newer ours."""
+    seen, kept = set(), []
+    for p, r in sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True):
+        key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r))
+        if key not in seen:
+            seen.add(key)
+            kept.append((p, r))
+    return kept
+
+
+def grid_cell(row: dict[str, Any]) -> str:
+    """`1.42x (first 1.39x), accept 2.04`, with **FAIL** when a check of the cell failed."""
+    text = f"{_f(row.get('median_ratio'), 2, 'x')} (first {_f(row.get('first_burst_ratio'), 2, 'x')})"
+    if row.get("accept_len") is not None:
+        text += f", accept {_f(row['accept_len'])}"
+    return text + (" **FAIL**" if row.get("passed") is False else "")
+
+
+def grid_section(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
+    """One grid receipt: a line naming it (with links to it and its heatmap) and its context x concurrency table."""
+    s = r["summary"]
+    link = os.path.relpath(p, link_base) if link_base else p.name
+    heat = p.with_name(p.stem + "_grid.png")
+    links = f"[{p.name}]({link})" + (f", [heatmap]({os.path.relpath(heat, link_base) if link_base else heat.name})"
+                                     if heat.name in (r.get("plots") or []) else "")
+    arm = ((r.get("config") or {}).get("content") or {}).get("verdict", {}).get("speculative", ["EAGLE-3"])[0]
+    conc = [int(c) for c in r["workload"]["concurrency"]]
+    by = {(int(t["context"]), int(t["concurrency"])): t for t in s["grid"]}
+    lines = [f"**{s.get('config')}**: {s.get('machine')}, TP {s.get('tp')}, {server_label(r)}, {arm} / baseline "
+             f"(warm, first burst), verdict {'pass' if s.get('passed') else 'FAIL'}, {r['created'][:10]}: {links}",
+             "", "| context | " + " | ".join(f"c={c}" for c in conc) + " |", "|---|" + "---|" * len(conc)]
+    for ctx in s["contexts"]:
+        cells = [grid_cell(by[(int(ctx), c)]) if (int(ctx), c) in by else "-" for c in conc]
+        lines.append(f"| {int(ctx)} | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def grid_markdown(receipts: list[tuple[Path, dict[str, Any]]], *, link_base: Path | None = None) -> str:
+    """The grid block: the newest grid receipt per config and machine, one section each."""
+    sections = [grid_section(p, r, link_base) for p, r in _latest([pr for pr in receipts if is_grid(pr[1])])]
+    return "\n\n".join(sections) if sections else "(no grid receipts yet)"
+
+
+def has_block(path: Path, begin: str, end: str) -> bool:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return begin in text or end in text
+
+
+def current_block(path: Path, begin: str = BEGIN, end: str = END) -> str:
+    """What the file holds between the markers now (for the staleness tests)."""
+    text = path.read_text(encoding="utf-8")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def update_block(path: Path, table: str, begin: str = BEGIN, end: str = END) -> None:
     if not path.is_file():
         raise UserError(f"--update {path}: not found")
     try:
@@ -146,11 +211,11 @@ def update_block(path: Path, table: str) -> None:
         raise UserError(f"--update {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except OSError as e:
         raise UserError(f"--update {path}: cannot read ({e.strerror or e})") from None
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise UserError(f"--update {path}: needs exactly one {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{table}\n{END}{tail}"
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise UserError(f"--update {path}: needs exactly one {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{begin}\n{table}\n{end}{tail}"
     target = path.resolve()  # a symlinked README stays a link: the file it names is rewritten
     problem = output_problem(target)
     if problem:

@@ -27,10 +27,14 @@ from typing import Any
 
 from .stats import median, percentile
 from .trace_kernels import (
+    CLASS_ORDER,
+    COLLECTIVE_KERNEL,
     FUSED_ALLREDUCE_KERNEL,
+    KERNEL_CLASSES,
     NCCL_ALLREDUCE_KERNEL,
     activity_per_span,
     is_verify_span,
+    kernel_class,
     kernel_label,
     x_events,
 )
@@ -121,8 +125,7 @@ CALL_KERNELS = {
     "fused": FUSED_ALLREDUCE_KERNEL,
     "nccl_ar": NCCL_ALLREDUCE_KERNEL,
     "add_rmsnorm": COMM_KERNELS["add_rmsnorm"],
-    "sync": re.compile(r"nccl(?:Dev)?Kernel_|trtllm_allreduce::\w*AllReduceKernel|allreduce_fusion_kernel|"
-                       r"(?:one|two)_shot_all_reduce|multimem_all_reduce|cross_device_reduce"),
+    "sync": COLLECTIVE_KERNEL,
 }
 MEETING_LABELS = ("fused", "nccl_ar", "sync")
 ALIGN_OFFSETS = 3  # step counts that differ between ranks: try pairing rank r's step i + k with rank 0's i
@@ -301,18 +304,65 @@ def verify_across_ranks(per_rank: list[list[RankStep]]) -> dict[str, Any]:
     return out
 
 
-def profile_traces(paths: list[Path]) -> dict[str, Any]:
+TOP_KERNELS = 10
+
+
+def _kernel_classes_or_error(events: list[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return kernel_classes(events)
+    except Exception as e:  # the breakdown must not cost the stage times
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def kernel_classes(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per stage (decode, verify, draft, draft_extend: the spans present), the GPU time per kernel class
+    (trace_kernels.KERNEL_CLASSES) in ms per step: every device activity attributed to a step (trace_kernels
+    activity_per_span), summed per class over the steps / steps; `kernel_ms` is their sum, `gpu_window_ms` the
+    median step window (first start to last end); `top`: the TOP_KERNELS kernels by time, per step."""
+    out: dict[str, Any] = {}
+    for stage, match in STAGES.items():
+        spans, method = activity_per_span(events, match, KERNEL_CLASSES)
+        spans = [s for s in spans if s.items]
+        if not spans:
+            continue
+        per_class: Counter[str] = Counter()
+        per_kernel: Counter[str] = Counter()
+        calls: Counter[str] = Counter()
+        classes: dict[str, str] = {}
+        windows = []
+        for s in spans:
+            for label, e in s.items:
+                cls, dur = kernel_class(label, e), float(e["dur"])
+                per_class[cls] += dur
+                per_kernel[e["name"]] += dur
+                calls[e["name"]] += 1
+                classes[e["name"]] = cls
+            windows.append(max(float(e["ts"]) + float(e["dur"]) for _, e in s.items)
+                           - min(float(e["ts"]) for _, e in s.items))
+        n = len(spans)
+        out[stage] = {
+            "steps": n, "method": method, "kernel_ms": round(sum(per_class.values()) / n / 1e3, 4),
+            "gpu_window_ms": round(median(windows) / 1e3, 4),
+            "classes": {c: round(per_class.get(c, 0.0) / n / 1e3, 4) for c in CLASS_ORDER},
+            "top": [{"name": name[:200], "class": classes[name], "ms": round(t / n / 1e3, 4),
+                     "calls": round(calls[name] / n, 2)} for name, t in per_kernel.most_common(TOP_KERNELS)]}
+    return out
+
+
+def profile_traces(paths: list[Path], *, classes: bool = False) -> dict[str, Any]:
     """What one profiler window's traces say, rank 0 first: rank 0's stage_times, and "verify_ranks":
     verify_across_ranks over every rank (each trace loaded, reduced to its steps and let go: a 61-layer trace of
     32 steps is ~100 MB of JSON), with the attribution method per rank. A file that cannot be read (OSError, or
     EOFError / ValueError: still being written) raises; a problem of the rank analysis itself is recorded in
-    verify_ranks["error"] and costs rank 0's stage times nothing."""
+    verify_ranks["error"] and costs rank 0's stage times nothing. classes: also rank 0's kernel_classes."""
     res: dict[str, Any] = {}
     per_rank, methods, problem = [], [], None
     for r, p in enumerate(paths):
         events = load_trace(p)
         if r == 0:
             res = stage_times(events)
+            if classes:
+                res["kernel_classes"] = _kernel_classes_or_error(events)
         if problem is None:
             try:
                 steps, method = rank_steps(events)

@@ -29,7 +29,43 @@ FUSED_ALLREDUCE_KERNEL = re.compile(r"(?<![A-Za-z0-9_])allreduce_fusion_kernel_(
 # NCCL 2.2x device kernels: ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...), older ncclKernel_AllReduce_...
 NCCL_ALLREDUCE_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_AllReduce")
 
+# every other collective kernel: NCCL's all-gather (vocab-parallel logits) and friends, FlashInfer's trtllm custom
+# all-reduce and MoE all-reduce fusion, torch symmetric-memory all-reduce, SGLang's custom all-reduce
+COLLECTIVE_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_|trtllm_allreduce::\w*AllReduceKernel|allreduce_fusion_kernel|"
+                               r"(?:one|two)_shot_all_reduce|multimem_all_reduce|cross_device_reduce")
+
+# Where a step's GPU time goes, by kernel class (the first pattern a kernel's name matches; device copies and
+# memsets are "copy/elementwise", a kernel no pattern matches "other"). Names as SGLang 0.5.14 on H200 runs them
+# (test/data's lab traces): attention is SGLang's Triton attention (_fwd_kernel for extend and verify,
+# _fwd_grouped_kernel_stage1 / _fwd_kernel_stage2 for decode), any kernel with `verify` in its name (the split-KV
+# verify kernels of P8, _verify_shared_kv_stage1 / _verify_shared_kv_merge; not sgl-kernel's VerifyTreeGreedy), and
+# FlashInfer's / FlashMLA's; the Triton KV-index and cache-location helpers count as copies.
+KERNEL_CLASSES: dict[str, re.Pattern[str]] = {
+    "allreduce": re.compile(rf"{FUSED_ALLREDUCE_KERNEL.pattern}|{COLLECTIVE_KERNEL.pattern}|allreduce|AllReduce|"
+                            r"all_reduce"),
+    "attention": re.compile(r"(?<![A-Za-z0-9])_fwd_(?:grouped_)?kernel(?:_stage[12])?(?![A-Za-z0-9])|"
+                            r"verify(?!_?tree)|BatchPrefill|BatchDecode|BatchMLA|flash_?fwd|fmha|flashmla|FlashMLA|"
+                            r"decode_attention|extend_attention"),
+    "moe": re.compile(r"moe|MoE|Moe|expert|topk_softmax|topkGating"),
+    "norm": re.compile(r"RMSNorm|LayerNorm|rms_?norm|layer_?norm"),
+    "rope": re.compile(r"rope|Rope|ROPE|rotary|Rotary"),
+    "activation": re.compile(r"act_and_mul|silu|gelu|swiglu|Activation"),
+    "gemm": re.compile(r"nvjet|gemm|Gemm|GEMM|cutlass|cublas|splitKreduce|xmma|matmul|wgmma|bmm|[Mm]arlin"),
+    "copy/elementwise": re.compile(r"elementwise|[Cc]opy|CatArray|cat_|[Ii]ndex|[Ff]ill|gather|scatter|"
+                                   r"triton_(?:poi|red|per)_|reduce_kernel|arange|store_kvcache|kv_buffer|kv_indices|"
+                                   r"cache_loc|to_token_pool|[Mm]emcpy|[Mm]emset|concat|Scan|masked"),
+}
+OTHER_CLASS = "other"
+CLASS_ORDER = (*KERNEL_CLASSES, OTHER_CLASS)
+
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+def kernel_class(label: str | None, event: dict[str, Any]) -> str:
+    """The class of one device activity as activity_per_span labels it with KERNEL_CLASSES."""
+    if label is not None:
+        return label
+    return OTHER_CLASS if event.get("cat") == "kernel" else "copy/elementwise"
 
 
 def is_verify_span(name: str) -> bool:

@@ -143,3 +143,30 @@ def test_deepseek_config_keys_against_sglang_source():
     methods = {"get_name", "update_packed_modules_mapping", "inplace"}  # not keys
     optional = {"weight_block_size", "quantization_config", "pad_token_id"}  # read only when present
     assert read - methods - optional == DEEPSEEK_KEYS_0514
+
+
+def test_grid_config_expectation_is_the_computed_one():
+    """lab-kimi61-grid.toml: the accept length it expects is expect_accept.py's over the prompts the harness makes
+    (bench/eagle3/prompts.py, the pair tokenizer's special-free ids), every cell within half the tolerance of it,
+    and the per-cell numbers its comment states are the computed ones."""
+    from sglang_blackwell.tomlio import tomllib
+
+    path = ROOT / "benchmark" / "lab-kimi61-grid.toml"
+    text = path.read_text()
+    cfg = tomllib.loads(text)
+    w, v = cfg["workload"], cfg["verdict"]
+    assert cfg["model"]["draft"] == "/tmp/lab61/draft" and cfg["model"]["target_layers"] == K.layers
+    assert X.grid_ids(w, K) == list(range(K.s_start, K.vocab))  # [0, 100): the tokenizer's special tokens
+    got = X.expectation(path, "miss")
+    assert list(got["cells"]) == [f"{x}x{c}" for x in w["contexts"] for c in w["concurrency"]]
+    exp, tol = v["expect_accept_len"], v["accept_len_tolerance"]
+    assert exp == got["all_warm"]["accept_len"]
+    for key, cell in got["cells"].items():
+        c = int(key.split("x")[1])
+        assert (cell["first"]["requests"], cell["warm"]["requests"]) == (c, c * w["rounds"])
+        lo, hi = cell["warm"]["accept_len_last_rounds_dropped"]
+        assert max(abs(cell["warm"]["accept_len"] - exp), abs(lo - exp), abs(hi - exp)) <= tol / 2, key
+    for x in w["contexts"]:  # the comment's per-cell figures
+        figures = " / ".join(f"{got['cells'][f'{x}x{c}']['warm']['accept_len']:.4f}" for c in w["concurrency"])
+        assert f"{x}: {figures}" in " ".join(text.replace("#", " ").split()), (x, figures)
+    assert abs(exp - (1 + sum(G.MISS_RATES))) <= tol  # the published rates' 2.04
