@@ -2,10 +2,13 @@
 """What a normal sglang launch imports, found by importing it: the launch path's modules, the default grammar
 backend built with the model's tokenizer (and a JSON-schema grammar decoded greedily on CPU when a model is
 given), the OpenAI + Responses serving modules, and the `openai` client's first completions and chat calls
-(streamed and not) and a Responses call against a local fake endpoint. Every step records what failed and which
-module was missing; the last line printed is a JSON summary (all of it is written to --out).
+(streamed and not) and a Responses call against a local fake endpoint. With --bench-serving, also upstream's
+benchmark client as users run it: `python -m sglang.bench_serving --help`, its random-ids dataset (get_dataset)
+with the tokenizer, and a real run (BENCH_ARGS) against a local fake OpenAI server (test/support/
+fake_openai_server.py: streamed /v1/completions). Every step records what failed and which module was missing;
+the last line printed is a JSON summary (all of it is written to --out).
 
-    python3 benchmark/lab/launch_path_probe.py --tokenizer DIR [--model DIR] [--out FILE.json]
+    python3 benchmark/lab/launch_path_probe.py --tokenizer DIR [--model DIR] [--out FILE.json] [--bench-serving]
                                                [--site DIR] [--cpu] [--simulate-cuda 9.0]
 
 --site DIR: the bundle's install target (the lab's /tmp/site): each imported distribution is reported as
@@ -20,12 +23,16 @@ Used on CPU to find the bundle's launch-path dependencies (benchmark/lab/README.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata as md
 import importlib.util
+import io
 import json
+import runpy
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -231,6 +238,93 @@ def openai_client() -> dict[str, Any]:
     return {"openai": openai.__version__}
 
 
+# ---- upstream's benchmark client: python -m sglang.bench_serving --------------------------------------------
+
+# the command users reach for first (with --tokenizer, --base-url and --output-file added)
+BENCH_ARGS = ("--backend", "sglang-oai", "--dataset-name", "random-ids", "--random-input-len", "2048",
+              "--random-output-len", "256", "--random-range-ratio", "1.0", "--num-prompts", "8",
+              "--max-concurrency", "4")
+BENCH_PROMPTS, BENCH_INPUT, BENCH_OUTPUT = 8, 2048, 256
+
+
+def run_module(name: str, argv: list[str]) -> tuple[object, str]:
+    """`python -m name argv...` in this process (the stand-ins stay in place): its exit code and stdout."""
+    old, buf = sys.argv, io.StringIO()
+    sys.argv = [name, *argv]
+    sys.modules.pop(name, None)  # run as __main__ afresh, as `python -m` does (a step may have imported it)
+    code: object = 0
+    try:
+        with contextlib.redirect_stdout(buf):
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = old
+    return code or 0, buf.getvalue()
+
+
+def bench_help() -> dict[str, Any]:
+    code, out = run_module("sglang.bench_serving", ["--help"])
+    if code != 0 or "--dataset-name" not in out:
+        raise AssertionError(f"python -m sglang.bench_serving --help: exit {code}: {out[-300:]!r}")
+    return {"help_lines": len(out.splitlines())}
+
+
+def bench_dataset(tokenizer_dir: str) -> dict[str, Any]:
+    """bench_serving's own get_dataset for random-ids (RandomDataset -> sample_random_requests) with its own
+    get_tokenizer, on the arguments of BENCH_ARGS."""
+    from sglang.bench_serving import get_dataset, get_tokenizer
+
+    tok = get_tokenizer(tokenizer_dir)
+    args = argparse.Namespace(dataset_name="random-ids", random_input_len=BENCH_INPUT, random_output_len=BENCH_OUTPUT,
+                              random_range_ratio=1.0, num_prompts=BENCH_PROMPTS, dataset_path="",
+                              tokenize_prompt=False)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows = get_dataset(args, tok, None)
+    want = BENCH_INPUT - int(tok.num_special_tokens_to_add())
+    bad = [r for r in rows if not (isinstance(r.prompt, str) and r.prompt and r.prompt_len == want
+                                   and r.output_len == BENCH_OUTPUT)]
+    if len(rows) != BENCH_PROMPTS or bad:
+        raise AssertionError(f"{len(rows)} rows, {len(bad)} not ({want}-token text prompt, {BENCH_OUTPUT} out)")
+    return {"rows": len(rows), "prompt_len": want, "output_len": BENCH_OUTPUT,
+            "retokenized_prompt_len": len(tok.encode(rows[0].prompt, add_special_tokens=False))}
+
+
+def bench_run(tokenizer_dir: str) -> dict[str, Any]:
+    """The real benchmark: BENCH_ARGS against fake_openai_server.py (served model name = the tokenizer directory,
+    as sglang names a model by its path), result read back from --output-file."""
+    spec = importlib.util.spec_from_file_location("fake_openai_server", REPO / "test/support/fake_openai_server.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)  # by path: test/support stays off sys.path (only --cpu puts it there)
+    FakeOpenAI = fake.FakeOpenAI  # noqa: N806
+
+    with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
+        log, result = Path(tmp) / "requests.jsonl", Path(tmp) / "bench.jsonl"
+        server = type("BenchServer", (FakeOpenAI,), {"model": tokenizer_dir, "ttft_s": 0.005, "step_s": 0.0005,
+                                                     "request_log": str(log)})
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), server)
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            code, out = run_module("sglang.bench_serving", [
+                *BENCH_ARGS, "--tokenizer", tokenizer_dir, "--base-url", f"http://127.0.0.1:{httpd.server_port}",
+                "--output-file", str(result)])
+        finally:
+            httpd.shutdown()
+        if code != 0 or not result.exists():
+            raise AssertionError(f"python -m sglang.bench_serving: exit {code}, no result: {out[-400:]!r}")
+        res = json.loads(result.read_text().splitlines()[-1])
+        bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
+    # one warmup request first (bench_serving caps its output), then the benchmark's
+    sent = [(b.get("model"), b.get("stream"), b.get("ignore_eos"), b.get("max_tokens")) for b in bodies]
+    if res["completed"] != BENCH_PROMPTS or res["total_output_tokens"] != BENCH_PROMPTS * BENCH_OUTPUT \
+            or sent[1:] != [(tokenizer_dir, True, True, BENCH_OUTPUT)] * BENCH_PROMPTS:
+        raise AssertionError(f"completed {res['completed']}, {res['total_output_tokens']} output tokens, "
+                             f"requests {sent}")
+    return {"requests": len(bodies), **{k: res[k] for k in (
+        "completed", "total_input_tokens", "total_output_tokens", "output_throughput", "duration")}}
+
+
 # ---- which distributions the imports came from ---------------------------------------------------------------
 
 def distributions(site: str | None) -> dict[str, Any]:
@@ -277,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", required=True, help="model directory with the tokenizer files")
     ap.add_argument("--model", help="model directory: also decode a JSON-schema grammar greedily on CPU")
     ap.add_argument("--out", help="also write the JSON summary here")
+    ap.add_argument("--bench-serving", action="store_true",
+                    help="also python -m sglang.bench_serving: --help, its random-ids dataset, a run against a fake")
     ap.add_argument("--site", help="the bundle's install target (reports bundle vs image per distribution)")
     ap.add_argument("--cpu", action="store_true", help="import-only stand-ins for what needs CUDA at import")
     ap.add_argument("--simulate-cuda", help="MAJOR.MINOR: pretend one GPU of that capability (implies --cpu)")
@@ -292,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         step(f"import {mod}", steps, importlib.import_module, mod)
     step("grammar backend", steps, grammar, a.tokenizer, a.model)
     step("openai client", steps, openai_client)
+    if a.bench_serving:
+        step("bench_serving --help", steps, bench_help)
+        step("bench_serving random-ids dataset", steps, bench_dataset, a.tokenizer)
+        step("bench_serving run", steps, bench_run, a.tokenizer)
     res["distributions"] = distributions(str(Path(a.site).resolve()) if a.site else None)
     res["missing_modules"] = sorted({s["missing"] for s in steps.values() if s.get("missing")})
     res["ok"] = all(s["ok"] for s in steps.values())

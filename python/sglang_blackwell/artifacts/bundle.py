@@ -9,9 +9,10 @@ script that verifies it before installing:
 
 With --chunk-mib N the files are split over chunk directories c1, c2, ... (each under N MiB with its own copy of
 the manifest and install script) that can travel separately; install.sh brings them together (--stage).
-What a normal launch of the base line imports is data (patches/<base>/launch_deps.toml): a known launch-path
+What a normal launch of the base line imports is data (patches/<base>/launch_deps.toml, [launch_deps]), and so is
+what upstream's benchmark client `python -m sglang.bench_serving` imports beyond it ([bench_serving_deps]): a known
 dependency that neither the bundle nor the --installed list has is a warning, one line each, naming it and what
-it is needed for (manifest: dependencies.launch_path).
+it is needed for (manifest: dependencies.launch_path, dependencies.bench_serving).
 The bundle is written to a temporary directory next to --out and renamed into place when complete: a failed run
 leaves nothing half-written. The same inputs give the same bytes (no timestamps; wheels are reproducible).
 """
@@ -59,6 +60,9 @@ SCHEMA = "sglang-blackwell/bundle/1"
 KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")
 INSTALLER = Path(__file__).with_name("bundle_installer.py")
 LAUNCH_DEPS_FILE = "launch_deps.toml"  # in patches/<base>/: what a normal launch of that line imports
+# its sections: (TOML table, manifest key under "dependencies", who needs them); [launch_deps] is required
+DEPS_SECTIONS = (("launch_deps", "launch_path", "a normal launch"),
+                 ("bench_serving_deps", "bench_serving", "`python -m sglang.bench_serving`"))
 INSTALL_SH = """#!/usr/bin/env bash
 # Verify this sglang-blackwell bundle (size + sha256 of every file in manifest.json), then install it.
 # bash install.sh --help; PYTHON=/path/to/python3 selects the interpreter (default: python3).
@@ -188,20 +192,39 @@ def _dependencies(base: Base, roots: list[WheelInfo], opts: BundleOptions, targe
     info["unmet"] = sel.unmet
     for w, i in sel.dropped:
         say(f"not carried: {w.name} {w.version} (target has {i.version}, which every bundled wheel accepts)")
-    info["launch_path"] = _launch_path(base, sel, installed, opts, say)
+    info.update(_launch_path(base, sel, installed, opts, say))
     return sel, info
 
 
-def load_launch_deps(base: Base, path: Path | None = None) -> dict[str, str] | None:
-    """The known launch-path dependencies of a base line (distribution -> what a normal launch needs it for), from
-    patches/<base>/launch_deps.toml (or `path`); None when the line has no such list."""
+def load_deps_sections(base: Base, path: Path | None = None) -> dict[str, dict[str, str]] | None:
+    """Every section of patches/<base>/launch_deps.toml (or `path`): table name -> (distribution -> what it is
+    needed for); [launch_deps] required, [bench_serving_deps] optional (then {}); None when the line has no file."""
     path = path or base.dir / LAUNCH_DEPS_FILE
     if not path.exists():
         return None
-    deps = load_file(path, "the launch-path dependencies").get("launch_deps")
-    if not isinstance(deps, dict) or not all(isinstance(v, str) and v for v in deps.values()):
-        raise UserError(f"{path}: [launch_deps] must map distribution names to what a launch needs them for")
-    return {canonicalize_name(k): v for k, v in deps.items()}
+    data = load_file(path, "the launch-path dependencies")
+    names = [t for t, _, _ in DEPS_SECTIONS]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise UserError(f"{path}: unknown table(s) {', '.join(unknown)} (known: {', '.join(names)})")
+    out = {}
+    for table in names:
+        deps = data.get(table, None if table == "launch_deps" else {})
+        if not isinstance(deps, dict) or not all(isinstance(v, str) and v for v in deps.values()):
+            raise UserError(f"{path}: [{table}] must map distribution names to what {_who(table)} needs them for")
+        out[table] = {canonicalize_name(k): v for k, v in deps.items()}
+    return out
+
+
+def _who(table: str) -> str:
+    return next(who for t, _, who in DEPS_SECTIONS if t == table)
+
+
+def load_launch_deps(base: Base, path: Path | None = None, table: str = "launch_deps") -> dict[str, str] | None:
+    """The known dependencies of a base line in one section of launch_deps.toml (default: what a normal launch
+    imports; distribution -> what it is needed for); None when the line has no such file."""
+    sections = load_deps_sections(base, path)
+    return None if sections is None else sections[table]
 
 
 def launch_path_gaps(known: dict[str, str], carried: set[str], installed: dict[str, Installed] | None) -> list[dict]:
@@ -213,22 +236,28 @@ def launch_path_gaps(known: dict[str, str], carried: set[str], installed: dict[s
 
 def _launch_path(base: Base, sel: Selection, installed: dict[str, Installed] | None, opts: BundleOptions,
                  say: Progress) -> dict:
+    """The manifest's dependencies.launch_path and dependencies.bench_serving (one per DEPS_SECTIONS entry)."""
     path = opts.launch_deps or base.dir / LAUNCH_DEPS_FILE
-    known = load_launch_deps(base, path)
-    if known is None:
+    sections = load_deps_sections(base, path)
+    if sections is None:
         say(f"note: base {base.name} has no launch-path list ({path} is missing): nothing checks that the "
             "bundle carries what a normal launch imports")
-        return {"file": str(path), "known": None, "missing": []}
-    missing = launch_path_gaps(known, {w.name for w in sel.wheels}, installed)
-    if installed is None:
-        if missing:
-            say(f"note: no --installed: {len(missing)} of the {len(known)} distributions a normal launch of "
-                f"{base.name} imports are not carried (the target must have them; dependencies.launch_path)")
-    else:
-        for m in missing:
-            say(f"warning: {m['name']} is neither in the bundle nor on the target (--installed); a normal launch "
-                f"needs it: {m['needed_for']}")
-    return {"file": str(path), "known": len(known), "missing": missing}
+        return {"launch_path": {"file": str(path), "known": None, "missing": []}}
+    carried = {w.name for w in sel.wheels}
+    out = {}
+    for table, key, who in DEPS_SECTIONS:
+        known = sections[table]
+        missing = launch_path_gaps(known, carried, installed)
+        if installed is None:
+            if missing:
+                say(f"note: no --installed: {len(missing)} of the {len(known)} distributions {who} of "
+                    f"{base.name} imports are not carried (the target must have them; dependencies.{key})")
+        else:
+            for m in missing:
+                say(f"warning: {m['name']} is neither in the bundle nor on the target (--installed); {who} "
+                    f"needs it: {m['needed_for']}")
+        out[key] = {"file": str(path), "known": len(known), "missing": missing}
+    return out
 
 
 def _entries(sel: Selection, kernel_meta: dict | None, patched_meta: dict[str, dict], pins_line: dict[str, int],

@@ -1,6 +1,6 @@
 """The lab bundle for real: base 0.5.14 for Python 3.12 with the lab's pinned dependency list filtered by the lab
 image's package list, in 57 MiB chunks (benchmark/lab/README.md), the kernel wheel replaced by a local stand-in of
-the same layout (CI never downloads the 615 MB sglang-kernel). Downloads sglang / flashinfer (26 MB) and the 36
+the same layout (CI never downloads the 615 MB sglang-kernel). Downloads sglang / flashinfer (26 MB) and the 38
 dependency wheels (~70 MB, xgrammar 45 MB of it) from PyPI once into the cache. With a Python 3.12 on the
 machine, the chunks are staged separately and installed with install.sh, as on the lab."""
 
@@ -57,7 +57,9 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     unmet = {u["name"] for u in m["dependencies"]["unmet"]}
     assert {"flash-attn-4", "torchao", "outlines"} <= unmet and "torch" not in unmet
     assert not {"xgrammar", "openai-harmony", "jiter"} & unmet  # carried: a normal launch imports them
+    assert not {"datasets", "multiprocess"} & unmet  # carried: python -m sglang.bench_serving imports them
     assert m["dependencies"]["launch_path"]["missing"] == []
+    assert m["dependencies"]["bench_serving"] == {**m["dependencies"]["bench_serving"], "known": 7, "missing": []}
     assert m["chunks"] == ["c1", "c2"]
     for name, size in res.chunks:
         assert size <= 57 * 2**20, (name, size)
@@ -74,8 +76,10 @@ def test_lab_bundle_for_0_5_14_py312(tmp_path, monkeypatch):
     r = run_install(carry / "c2", "--stage", str(tmp_path / "stage"), "--target", str(site), python=py)
     assert r.returncode == 0, r.stdout + r.stderr
     probe = ("import importlib.metadata as m, json; print(json.dumps({d: m.version(d) for d in "
-             "('sglang', 'flashinfer-python', 'sglang-kernel', 'transformers', 'tokenizers', 'xgrammar')}))")
+             "('sglang', 'flashinfer-python', 'sglang-kernel', 'transformers', 'tokenizers', 'xgrammar', "
+             "'datasets', 'multiprocess')}))")
     out = subprocess.run([py, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
     assert json.loads(out.stdout) == {"sglang": f"0.5.14+{LABEL}", "flashinfer-python": f"0.6.12+{LABEL}",
                                       "sglang-kernel": "0.4.4+stripped.fa3.flashmla.sm100",
-                                      "transformers": "5.8.1", "tokenizers": "0.22.2", "xgrammar": "0.2.1"}, out.stderr
+                                      "transformers": "5.8.1", "tokenizers": "0.22.2", "xgrammar": "0.2.1",
+                                      "datasets": "5.2.0", "multiprocess": "0.70.19"}, out.stderr
