@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Target-verify attention per layer call, in CUDA-graph replay, on the GPU it runs on: the installed sglang's
+split-KV kernel (P8, `verify_shared_kv_fwd`) against `extend_attention_fwd` (what target-verify runs without
+it) and upstream's per-head split-KV kernel (`verify_splitkv_fwd`, gated to AMD gfx95 upstream), at the lab
+pair's / Kimi-K2.x TP8's shape (8 query heads, one 512 + 64 latent KV head, 3 draft tokens, bf16), per prefix
+length and batch size; plus a few tiles of ours at one shape (the tuning that chose the default). Writes a
+receipt (kind verify-kernel-bench).
+
+    PYTHONPATH=/tmp/site:python:test python3 benchmark/lab/verify_kernel_bench.py --out DIR [--contexts ...]
+
+Each time is the median of `--reps` replays of a graph of `--calls` back-to-back calls (one call per layer,
+as in a verify forward), divided by the calls; every graph is replayed `--warmup` times first. x 61 layers
+is what a 61-layer target's verify spends in attention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+for p in (ROOT / "python", ROOT / "test"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from sglang_blackwell import receipts  # noqa: E402
+from sglang_blackwell.box import nvidia_smi  # noqa: E402
+from support.scenarios_verify import _args, make_inputs  # noqa: E402
+
+TILES = [(4, 32, 8, 1), (4, 16, 8, 1), (8, 32, 8, 1), (4, 32, 16, 1), (4, 64, 8, 1)]
+
+
+def _graph_us(fn, calls: int, reps: int, warmup: int) -> float:
+    fn()  # eager once: compiles, allocates scratch outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    for _ in range(warmup):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--contexts", type=int, nargs="+", default=[256, 2048, 8192, 32768])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=61)
+    ap.add_argument("--no-per-head", action="store_true", help="skip upstream's per-head kernel")
+    a = ap.parse_args(argv)
+    from sglang.srt.layers.attention.triton_ops import verify_shared_kv as ours
+    from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
+    from sglang.srt.layers.attention.triton_ops.verify_splitkv import verify_splitkv_fwd
+
+    t0 = time.monotonic()
+    rows, errors = [], {}
+    for ctx in a.contexts:
+        for bs in a.batch:
+            x = make_inputs({"bs": bs, "h": a.heads, "draft": 3, "prefix": [ctx] * bs, "kv": "bf16"})
+            x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
+            out = torch.zeros(bs * 3, a.heads, 512, dtype=torch.bfloat16, device="cuda")
+            args = _args(x, out)
+            row = {"context": ctx, "batch": bs}
+            row["extend_us"] = round(_graph_us(lambda: extend_attention_fwd(*args), a.calls, a.reps, a.warmup), 2)
+            row["splitkv_us"] = round(_graph_us(lambda: ours.verify_shared_kv_fwd(*args, max_bs=max(a.batch)),
+                                                a.calls, a.reps, a.warmup), 2)
+            if not a.no_per_head and "per_head" not in errors:
+                try:
+                    row["per_head_us"] = round(_graph_us(
+                        lambda: verify_splitkv_fwd(*args, max_bs=max(a.batch)), a.calls, a.reps, a.warmup), 2)
+                except Exception as e:  # upstream's kernel is not built for NVIDIA: say how it fails
+                    errors["per_head"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            kv_bytes = bs * ctx * 576 * 2
+            row["splitkv_GBps"] = round(kv_bytes / row["splitkv_us"] / 1e3, 1)
+            row["speedup"] = round(row["extend_us"] / row["splitkv_us"], 2)
+            row["per_verify_ms"] = {k: round(row[k + "_us"] * a.layers / 1e3, 3) for k in ("extend", "splitkv")}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    tiles = []
+    ctx, bs = max(a.contexts), 1
+    x = make_inputs({"bs": bs, "h": a.heads, "draft": 3, "prefix": [ctx], "kv": "bf16"})
+    x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
+    out = torch.zeros(3, a.heads, 512, dtype=torch.bfloat16, device="cuda")
+    default_plan = ours.plan_launch
+    for tile in TILES:
+        try:
+            ours.plan_launch = lambda *p, _t=tile, **k: default_plan(*p, **{**k, "tile": _t})
+            ours._SCRATCH.clear()
+            us = _graph_us(lambda: ours.verify_shared_kv_fwd(*_args(x, out), max_bs=1), a.calls, a.reps, a.warmup)
+            tiles.append({"tile": list(tile), "context": ctx, "batch": bs, "us": round(us, 2)})
+        except Exception as e:
+            tiles.append({"tile": list(tile), "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+        finally:
+            ours.plan_launch = default_plan
+            ours._SCRATCH.clear()
+        print(json.dumps(tiles[-1]), flush=True)
+    cap = torch.cuda.get_device_capability()
+    chosen = ours.plan_launch(a.heads, 1, 576, 512, 3, cap, v_is_k=True)
+    summary = {"heads": a.heads, "draft_tokens": 3, "kv": "bf16", "layers": a.layers,
+               "speedup_by_context_bs1": {str(r["context"]): r["speedup"] for r in rows if r["batch"] == 1},
+               "default_tile": [chosen.constexprs["BLOCK_H"], chosen.constexprs["BLOCK_N"], chosen.num_warps,
+                                chosen.num_stages],
+               "wall_s": round(time.monotonic() - t0, 1)}
+    r = receipts.make_receipt("verify-kernel-bench", summary, machine=nvidia_smi.machine(), rows=rows,
+                              tiles=tiles, errors=errors,
+                              method={"timing": __doc__.strip().splitlines()[-3:], "calls": a.calls,
+                                      "reps": a.reps, "warmup": a.warmup})
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = receipts.write_receipt(r, a.out / f"verify-kernel-bench_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+    print(f"receipt: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
