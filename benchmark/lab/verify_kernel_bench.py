@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                               method={"timing": __doc__.strip().splitlines()[-3:], "calls": a.calls,
                                       "reps": a.reps, "warmup": a.warmup})
     a.out.mkdir(parents=True, exist_ok=True)
-    path = receipts.write_receipt(r, a.out / f"verify-kernel-bench_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = receipts.write_receipt(r, a.out / f"verify-kernel-bench_{stamp}.json")
     print(f"receipt: {path}")
     return 0
 
