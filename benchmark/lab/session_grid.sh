@@ -10,6 +10,8 @@
 #                     the grid's baseline arm
 #   C  (nothing)      the grid's eagle3 arm (P8 and P9 on; after the baseline, so its EAGLE-only kernels are cold)
 #   D  (nothing)      the grid's eagle3-p8-p9-off arm (both patches off, a cold Triton cache of its own)
+#   B, C and D install the bundle and run the GPU test first when /tmp/site has none (a machine that went cold
+#   between calls: carry .whl/c2 then, after step A again).
 #   E  (nothing)      P8's kernel benchmark (benchmark/lab/verify_kernel_bench.py, a receipt)       (~1.5-2 min)
 #
 #   bash benchmark/lab/session_grid.sh A|B|C|D|E
@@ -51,21 +53,26 @@ bench_arm() {  # bench_arm ARM TAG DEADLINE: one arm of the grid, everything it 
   return $rc
 }
 
-stepB() {
+install_and_test() {  # the bundle into /tmp/site (once per machine: c2 carried), then P8 on the GPU
+  if [ -f /tmp/site/.sglang-blackwell-bundle.json ]; then log "bundle already installed"; return 0; fi
   bash .whl/c2/install.sh --stage /tmp/bundle --target /tmp/site 2>&1 | tail -5 | tee "$OUT/install.log" || return 3
   log "P8 on the GPU"
   PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider \
     test/gpu/test_verify_splitkv_gpu.py 2>&1 | tail -15 | tee "$OUT/p8-gpu-test.log"
+}
+
+arm_step() {  # arm_step ARM TAG: install if needed, then the arm within the call's ~9 minutes
+  install_and_test || return 3
   local left=$(( 535 - ($(date +%s) - T0) ))
-  log "baseline arm, deadline ${left} s"
-  bench_arm baseline B "$left"
+  log "$1 arm, deadline ${left} s"
+  bench_arm "$1" "$2" "$left"
 }
 
 case "${1:-}" in
   A) stepA ;;
-  B) stepB ;;
-  C) bench_arm eagle3 C 540 ;;
-  D) rm -rf /tmp/jit/triton-cold; bench_arm eagle3-p8-p9-off D 540 ;;
+  B) arm_step baseline B ;;
+  C) arm_step eagle3 C ;;
+  D) rm -rf /tmp/jit/triton-cold; arm_step eagle3-p8-p9-off D ;;
   E) PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 500 python3 benchmark/lab/verify_kernel_bench.py --out "$OUT" \
        --contexts 256 2048 8192 32768 --batch 1 4 16 --reps 10 2>&1 | tail -25 ;;
   *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
