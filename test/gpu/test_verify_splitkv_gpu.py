@@ -33,7 +33,10 @@ def _kernels():
 
 
 def _cuda(x: dict) -> dict:
-    return {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
+    """x on the GPU, the values again views of the keys (MLA's latent pool; the fresh V of the draft tokens)."""
+    g = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
+    g["v_ext"], g["v_buf"] = g["k_ext"][..., :512], g["k_buf"][..., :512]
+    return g
 
 
 CASES = [
