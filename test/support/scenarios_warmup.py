@@ -4,7 +4,10 @@ against a patched sglang tree, on CPU.
 - `sizes`: the batch sizes sglang.srt.entrypoints.warmup.batch_size_warmup_sizes picks, per server shape and
   switch, and which next_power_of_2 buckets a later batch of 1..max_running_requests requests (and its
   requests x draft tokens) can fall into that the warm-up never formed;
-- `requests_sent`: what warmup_batch_sizes sends to a real HTTP server on loopback (one recording thread);
+- `applies`: where first_use_warmup_applies lets the server run the first-use warm-up at all;
+- `requests_sent`: what warmup_first_use sends to a real HTTP server on loopback (one recording thread): a
+  1024-token prefill (MLA's JIT-compiled KV store takes prefills of >= 768 tokens), the cached repeat, the
+  batch sizes;
 - `wiring`: where the server's own warm-up (`_execute_server_warmup` in entrypoints/http_server.py) calls it,
   read from that function's syntax tree (the module itself needs uvicorn, FastAPI and the serving stack,
   which the CPU test environment does not install).
@@ -85,9 +88,22 @@ class _Recorder(BaseHTTPRequestHandler):
         pass
 
 
+def applies() -> dict:
+    mod = importlib.import_module(WARMUP)
+    fn = getattr(mod, "first_use_warmup_applies", None)
+    if fn is None:
+        return {"missing": True, "rows": []}
+    rows = []
+    for dp, disagg, env in ((1, "null", "1"), (1, "null", "0"), (2, "null", "1"), (1, "prefill", "1")):
+        os.environ["SGLANG_ENABLE_BATCH_SIZE_WARMUP"] = env
+        rows.append({"shape": [dp, disagg, env], "applies": bool(fn(dp, disagg))})
+    os.environ.pop("SGLANG_ENABLE_BATCH_SIZE_WARMUP", None)
+    return {"missing": False, "rows": rows}
+
+
 def requests_sent() -> dict:
     mod = importlib.import_module(WARMUP)
-    fn = getattr(mod, "warmup_batch_sizes", None)
+    fn = getattr(mod, "warmup_first_use", None)
     if fn is None:
         return {"missing": True}
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
@@ -95,24 +111,24 @@ def requests_sent() -> dict:
     url = f"http://127.0.0.1:{server.server_port}"
     out = {"missing": False}
     try:
-        for label, json_data in (("text", {"text": "The capital city of France is",
-                                           "sampling_params": {"temperature": 0, "max_new_tokens": 8}}),
-                                 ("input_ids", {"input_ids": [10, 11, 12],
-                                                "sampling_params": {"temperature": 0, "max_new_tokens": 8}})):
+        for label, json_data, sizes in (
+                ("text", {"text": "The capital city of France is",
+                          "sampling_params": {"temperature": 0, "max_new_tokens": 8}}, [2, 4, 8]),
+                ("input_ids", {"input_ids": [10, 11, 12],
+                               "sampling_params": {"temperature": 0, "max_new_tokens": 8}}, [2, 4, 8]),
+                ("not_speculative", {"text": "t"}, [])):
             _Recorder.seen = []
-            fn(url, json_data, {}, True, [2, 4, 8])
+            fn(url, json_data, {}, True, sizes)
             out[label] = list(_Recorder.seen)
-        _Recorder.seen = []
-        fn(url, {"text": "t"}, {}, True, [])
-        out["none"] = list(_Recorder.seen)
     finally:
         server.shutdown()
     return out
 
 
 def wiring() -> dict:
-    """Does `_execute_server_warmup` call warmup_batch_sizes(..., batch_size_warmup_sizes(...)) after its
-    general /generate warm-up succeeded and before the server is marked up?"""
+    """Does `_execute_server_warmup` call warmup_first_use(..., batch_size_warmup_sizes(...)), gated by
+    first_use_warmup_applies, after its general /generate warm-up succeeded and before the server is marked
+    up?"""
     spec = importlib.util.find_spec(HTTP_SERVER)
     tree = ast.parse(Path(spec.origin).read_text())
     fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_execute_server_warmup"),
@@ -123,7 +139,8 @@ def wiring() -> dict:
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
-        calls = [i for i, st in enumerate(body) if _calls(st, "warmup_batch_sizes", "batch_size_warmup_sizes")]
+        calls = [i for i, st in enumerate(body) if _calls(st, "warmup_first_use", "batch_size_warmup_sizes")
+                 and "first_use_warmup_applies" in ast.unparse(st)]
         ups = [i for i, st in enumerate(body) if "ServerStatus.Up" in ast.unparse(st)]
         checks = [i for i, st in enumerate(body) if isinstance(st, ast.Assert) and "status_code" in ast.unparse(st)]
         if calls and ups and checks:

@@ -1,17 +1,19 @@
-"""P9 (sglang): a speculative server warms up every batch-size bucket before it reports ready, so the first
-burst of concurrent requests after a start does not stall on Triton compiles.
+"""P9 (sglang): a server warms up what its first bursts would compile before it reports ready, so the first
+burst of concurrent requests after a start does not stall.
 
-EAGLE's per-step helper kernels take next_power_of_2(batch size) as a tl.constexpr and run outside the CUDA
-graphs: each new power of two compiles a new specialization the first time the scheduler forms such a batch
-(on the lab the first c=16 burst after a start ran at 0.48-0.57x of the second). The patched server runs one
-batch per power of two up to max_running_requests (and the general warm-up request again, cached) before it
-marks itself up. What the tree must show (support/scenarios_warmup.py):
+Two first-use compiles stalled the lab's first bursts: MLA's JIT-compiled (tvm-ffi, nvcc) KV store, taken by
+the first prefill that writes >= 768 tokens at once (py-spy on the lab: ~10 s in the scheduler, baseline and
+EAGLE-3 alike), and EAGLE's per-step helper kernels, which take next_power_of_2(batch size) as a tl.constexpr
+outside the CUDA graphs (a new Triton specialization per new power of two). The patched server sends a
+1024-token prefill, its general warm-up request again (cached) and, when speculative, one batch per power of
+two up to max_running_requests before it marks itself up. What the tree must show (support/scenarios_warmup.py):
 
 - the sizes: powers of two below max_running_requests and that size, for speculative servers only, off with
   SGLANG_ENABLE_BATCH_SIZE_WARMUP=0, with data-parallel attention and disaggregated serving; no bucket a later
   batch (or batch x draft tokens) can fall into is left unformed;
-- what it sends to a real HTTP server: the cached repeat, then one batched /generate per size, greedy, 8
-  tokens, ignore_eos, text or input_ids as the general warm-up was;
+- when it runs at all: not with data-parallel attention, disaggregated serving or the switch at 0;
+- what it sends to a real HTTP server: the 1024-token prefill, the cached repeat, then one batched /generate
+  per size, greedy, ignore_eos, text or input_ids as the general warm-up was;
 - the server's own warm-up calls it after its /generate request succeeded and before it marks the server up.
 """
 
@@ -23,8 +25,8 @@ from .conftest import carrying
 
 PROBE = """
 import json
-from support.scenarios_warmup import requests_sent, sizes, wiring
-print(json.dumps({"sizes": sizes(), "requests": requests_sent(), "wiring": wiring()}))
+from support.scenarios_warmup import applies, requests_sent, sizes, wiring
+print(json.dumps({"sizes": sizes(), "applies": applies(), "requests": requests_sent(), "wiring": wiring()}))
 """
 EXPECTED = {  # shape -> sizes
     (True, 48, 1, "null", "1"): [2, 4, 8, 16, 32, 48],
@@ -51,19 +53,30 @@ def _size_problems(r: dict) -> list[str]:
     return out
 
 
+LONG = ([10, 11, 12] * 342)[:1024]
+GREEDY = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
+
+
 def _request_problems(r: dict) -> list[str]:
-    q = r["requests"]
-    if q["missing"]:
-        return ["no warmup_batch_sizes in sglang.srt.entrypoints.warmup"]
+    q, a = r["requests"], r["applies"]
+    if q["missing"] or a["missing"]:
+        return ["no warmup_first_use / first_use_warmup_applies in sglang.srt.entrypoints.warmup"]
     out = []
-    for key, one in (("text", "The capital city of France is"), ("input_ids", [10, 11, 12])):
-        sent = [(x["path"], x["body"].get(key), x["body"].get("sampling_params")) for x in q[key]]
-        want = [("/generate", [one] * n, {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True})
-                for n in (1, 2, 4, 8)]
+    want_applies = {(1, "null", "1"): True, (1, "null", "0"): False, (2, "null", "1"): False,
+                    (1, "prefill", "1"): False}
+    for row in a["rows"]:
+        if row["applies"] != want_applies[tuple(row["shape"])]:
+            out.append(f"first-use warm-up for {row['shape']}: {row['applies']}")
+    long_prefill = ("/generate", "input_ids", LONG, {**GREEDY, "max_new_tokens": 1})
+    for label, key, one, sizes in (("text", "text", "The capital city of France is", (2, 4, 8)),
+                                   ("input_ids", "input_ids", [10, 11, 12], (2, 4, 8)),
+                                   ("not_speculative", "text", "t", ())):
+        sent = [(x["path"], k, x["body"][k], x["body"].get("sampling_params")) for x in q[label]
+                for k in ("input_ids", "text") if k in x["body"]]
+        want = [long_prefill] + [("/generate", key, [one] * n, GREEDY) for n in (1, *sizes)]
         if sent != want:
-            out.append(f"{key}: sent {sent}, expected {want}")
-    if q["none"]:
-        out.append(f"no sizes: sent {q['none']}, expected nothing")
+            out.append(f"{label}: sent {[(p, k, str(v)[:40], s) for p, k, v, s in sent]}, expected the 1024-token "
+                       f"prefill, the cached repeat and batches {sizes}")
     return out
 
 
@@ -72,7 +85,7 @@ def _wiring_problems(r: dict) -> list[str]:
     if not w["found"]:
         return ["no _execute_server_warmup in entrypoints/http_server.py"]
     if not (w.get("after_check") and w.get("before_up")):
-        return [f"_execute_server_warmup does not run the batch-size warm-up between its /generate check and "
+        return [f"_execute_server_warmup does not run the first-use warm-up between its /generate check and "
                 f"ServerStatus.Up (call: {w.get('call')})"]
     return []
 
@@ -90,10 +103,10 @@ def test_warm_up_sizes_cover_every_bucket(outcome):
     assert _size_problems(outcome["with"]) == []
 
 
-def test_warm_up_requests(outcome):
+def test_warm_up_requests_long_prefill_cached_prefix_batches(outcome):
     assert _request_problems(outcome["with"]) == []
 
 
 def test_server_warm_up_runs_it_before_ready(outcome):
     assert _wiring_problems(outcome["with"]) == []
-    assert _wiring_problems(outcome["without"]), "upstream's warm-up runs one request at batch size 1 only"
+    assert _wiring_problems(outcome["without"]), "upstream's warm-up runs one short request at batch size 1"
