@@ -86,6 +86,7 @@ def test_the_configuration_is_the_dockerfiles(config):
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["PATH"].startswith("/opt/venv/bin:") and env["VIRTUAL_ENV"] == "/opt/venv"
     assert env["HF_HOME"] == "/cache/huggingface" and env["XDG_CACHE_HOME"] == "/cache"
+    assert env["TVM_FFI_CACHE_DIR"] == "/cache/tvm-ffi"  # sglang's tvm-ffi JIT kernels (MLA's KV store)
 
 
 def test_labels_are_the_build_manifests(built, config, image_dist):

@@ -46,6 +46,7 @@ TITLES = {
     "nccl_env": "NCCL environment in effect, and the managed block",
     "pcie_ipc": "FlashInfer PCIe-IPC all-reduce (opt-in: sglang >= 0.5.23, flashinfer >= 0.7.0)",
     "allreduce_paths": "all-reduce path per message size (patched SGLang, no server flags)",
+    "spec_verify": "EAGLE-3 target-verify attention at long context (P8) and the first-use warm-up (P9)",
 }
 CHECK_IDS = tuple(TITLES)
 CHECK_KEYS = ("id", "title", "status", "detail", "fix", "data")
@@ -477,10 +478,60 @@ def check_allreduce(c: Context) -> Check:
     return item("allreduce_paths", "info", detail, data=p)
 
 
+SPLITKV_ENV = "SGLANG_ENABLE_SPLITKV_VERIFY"
+WARMUP_ENV = "SGLANG_ENABLE_BATCH_SIZE_WARMUP"
+SPLITKV_MAJORS = (9, 12)  # where P8's split-KV verify kernel is built and validated (the backend's gate)
+
+
+def _env_off(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("0", "false", "no", "off")
+
+
+def check_spec_verify(c: Context) -> Check:
+    """What an EAGLE-3 server on this box does at long context: target-verify attention through the split-KV
+    kernel (P8: MLA targets, topk 1, the triton attention backend, SM90/SM12x) or upstream's serial prefill
+    kernel, and whether the server warms up what its first bursts would compile (P9)."""
+    if c.sglang is None:
+        return item("spec_verify", "n/a", "sglang is not installed here", INSTALL)
+    patches = set(c.sglang.get("patches") or [])
+    caps = c.topo.capabilities() or [TARGET_CAPABILITY]
+    majors = {int(str(cap).split(".")[0]) for cap in caps}
+    data = {"patches": sorted(patches & {"P8", "P9"}), "capabilities": list(caps),
+            "env": {k: os.environ.get(k) for k in (SPLITKV_ENV, WARMUP_ENV)}}
+    parts, fix, status = [], None, "ok"
+    where = "this GPU" if not c.no_gpu else f"capability {TARGET_CAPABILITY} (the target; no GPU here)"
+    if "P8" not in patches:
+        parts.append(f"sglang {c.sglang['version']} has no split-KV target-verify on CUDA: verify attention walks "
+                     "the whole prefix per head (EAGLE-3 ran at 0.52x the baseline at 2k tokens and 0.19x at 8k "
+                     "on the lab)")
+        fix, status = f"{INSTALL} (P8 is in the 0.5.14 and 0.5.23 lines)", "warn"
+    elif _env_off(SPLITKV_ENV):
+        parts.append(f"split-KV target-verify (P8) turned off by {SPLITKV_ENV}={os.environ[SPLITKV_ENV]}")
+        status = "info"
+    elif not majors & set(SPLITKV_MAJORS):
+        parts.append(f"split-KV target-verify (P8) is off on capability {', '.join(map(str, caps))} (built and "
+                     "validated for SM90 and SM12x)")
+        status = "info"
+    else:
+        parts.append(f"split-KV target-verify (P8) on for {where}: MLA targets (DeepSeek-V3, Kimi-K2.x) at "
+                     "--speculative-eagle-topk 1 with --attention-backend triton")
+    if "P9" not in patches:
+        parts.append("no first-use warm-up: the first concurrent burst after a start waits for kernels to compile "
+                     "(~10 s on the lab)")
+        fix, status = fix or f"{INSTALL} (P9 is in the 0.5.14 and 0.5.23 lines)", "warn"
+    elif _env_off(WARMUP_ENV):
+        parts.append(f"first-use warm-up (P9) turned off by {WARMUP_ENV}={os.environ[WARMUP_ENV]}")
+        status = "info" if status == "ok" else status
+    else:
+        parts.append("first-use warm-up (P9) on: a 1024-token prefill and, with speculation, every batch-size "
+                     "bucket before the server reports ready")
+    return item("spec_verify", status, "; ".join(parts), fix, data)
+
+
 CHECKS: tuple[Callable[[Context], Check], ...] = (
     check_gpus, check_driver, check_torch, check_nccl_version, check_fork_builds, check_trtllm,
     check_kernel_sass, check_p2p, check_multicast, check_links, check_iommu, check_acs, check_nccl_env,
-    check_pcie_ipc, check_allreduce)
+    check_pcie_ipc, check_allreduce, check_spec_verify)
 
 
 def check_arguments(*, tp: int | None = None, python: str | None = None, out: str | None = None) -> None:

@@ -371,3 +371,33 @@ def test_run_doctor_refuses_a_tp_below_one():
 
     with pytest.raises(UserError, match="--tp: expected a positive integer"):
         run_doctor(tp=0, topology=Topology.simulated(8, "12.0", kind="SYS", atomics=False))
+
+
+def test_spec_verify_says_what_an_eagle3_server_does_at_long_context(tmp_path, monkeypatch):
+    """P8/P9 read from the installed sglang's marker; the switches from the environment; the GPU decides."""
+    patched = tmp_path / "patched"
+    _fake_dist(patched, "sglang", "0.5.14+sm120.4", {"base": "0.5.14", "patches": [
+        {"name": "0006-splitkv-verify-mla-on-cuda.patch", "logical_id": "P8"},
+        {"name": "0007-warmup-first-use-compiles.patch", "logical_id": "P9"}]})
+    upstream = tmp_path / "upstream"
+    _fake_dist(upstream, "sglang", "0.5.14")
+    monkeypatch.delenv("SGLANG_ENABLE_SPLITKV_VERIFY", raising=False)
+    monkeypatch.delenv("SGLANG_ENABLE_BATCH_SIZE_WARMUP", raising=False)
+
+    def spec(site: Path, topo: Topology) -> dict:
+        monkeypatch.syspath_prepend(str(site))
+        monkeypatch.setenv("PYTHONPATH", str(site))
+        return checks_for(topo)[1]["spec_verify"]
+
+    on = spec(patched, Topology.simulated(8, capability="12.0"))
+    assert on["status"] == "ok" and "split-KV target-verify (P8) on" in on["detail"], on
+    assert "first-use warm-up (P9) on" in on["detail"] and on["data"]["patches"] == ["P8", "P9"]
+    monkeypatch.setenv("SGLANG_ENABLE_SPLITKV_VERIFY", "0")
+    off = spec(patched, Topology.simulated(8, capability="12.0"))
+    assert off["status"] == "info" and "turned off by SGLANG_ENABLE_SPLITKV_VERIFY=0" in off["detail"]
+    monkeypatch.delenv("SGLANG_ENABLE_SPLITKV_VERIFY")
+    other = spec(patched, Topology.simulated(8, capability="10.0"))
+    assert other["status"] == "info" and "off on capability 10.0" in other["detail"]
+    plain = spec(upstream, Topology.simulated(8, capability="12.0"))
+    assert plain["status"] == "warn" and "no split-KV target-verify" in plain["detail"]
+    assert "no first-use warm-up" in plain["detail"] and "sglang-blackwell install" in plain["fix"]

@@ -115,6 +115,7 @@ def _f(v: Any, nd: int = 2, suffix: str = "") -> str:
 
 def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: bool = True,
                    link_base: Path | None = None) -> str:
+    receipts = [pr for pr in receipts if not is_grid(pr[1])]  # a grid has a block of its own (grid_markdown)
     rows = _latest(receipts) if latest_only else sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True)
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for p, r in rows:
@@ -170,7 +171,7 @@ def grid_section(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
     heat = p.with_name(p.stem + "_grid.png")
     links = f"[{p.name}]({link})" + (f", [heatmap]({os.path.relpath(heat, link_base) if link_base else heat.name})"
                                      if heat.name in (r.get("plots") or []) else "")
-    arm = ((r.get("config") or {}).get("content") or {}).get("verdict", {}).get("speculative", ["EAGLE-3"])[0]
+    arm = judged_arm(r)
     conc = [int(c) for c in r["workload"]["concurrency"]]
     by = {(int(t["context"]), int(t["concurrency"])): t for t in s["grid"]}
     lines = [f"**{s.get('config')}**: {s.get('machine')}, TP {s.get('tp')}, {server_label(r)}, {arm} / baseline "
@@ -182,9 +183,28 @@ def grid_section(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
     return "\n".join(lines)
 
 
+def judged_arm(r: dict[str, Any]) -> str:
+    """The speculative arm the receipt's grid judges: the verdict's, or the one judged instead (--arms)."""
+    rows = (r.get("verdict") or {}).get("table") or []
+    if rows and rows[0].get("arm"):
+        return str(rows[0]["arm"])
+    return ((r.get("config") or {}).get("content") or {}).get("verdict", {}).get("speculative", ["EAGLE-3"])[0]
+
+
 def grid_markdown(receipts: list[tuple[Path, dict[str, Any]]], *, link_base: Path | None = None) -> str:
-    """The grid block: the newest grid receipt per config and machine, one section each."""
-    sections = [grid_section(p, r, link_base) for p, r in _latest([pr for pr in receipts if is_grid(pr[1])])]
+    """The grid block: the newest grid receipt per config, machine and judged arm (a receipt of the same runs
+    judging another arm, e.g. with a patch off, is a section of its own), newest first."""
+    seen, kept = set(), []
+    for p, r in sorted([pr for pr in receipts if is_grid(pr[1])], key=lambda pr: pr[1]["created"], reverse=True):
+        key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r), judged_arm(r))
+        if key not in seen:
+            seen.add(key)
+            kept.append((p, r))
+    def verdict_arm_first(pr: tuple[Path, dict[str, Any]]) -> bool:
+        content = (pr[1].get("config") or {}).get("content") or {}
+        return judged_arm(pr[1]) not in (content.get("verdict") or {}).get("speculative", [])
+
+    sections = [grid_section(p, r, link_base) for p, r in sorted(kept, key=verdict_arm_first)]
     return "\n\n".join(sections) if sections else "(no grid receipts yet)"
 
 

@@ -263,7 +263,9 @@ def test_grid_block_from_receipts_and_update(grid_cfg, tmp_path: Path) -> None:
     readme.write_text(f"# x\n{BEGIN}\nstale\n{END}\n\n{GRID_BEGIN}\nstale grid\n{GRID_END}\ntail\n")
     assert main(["bench", "table", "--results", str(results), "--update", str(readme)]) == 0
     assert current_block(readme, GRID_BEGIN, GRID_END) == block and "stale" not in readme.read_text()
-    assert "| fakegrid | 1x NVIDIA H200 | 1 |" in current_block(readme)  # a grid receipt has its results row too
+    # a grid receipt is shown by its grid block only: a results row (one c=1 ratio) would hide its cells, and of
+    # two receipts from the same runs (one judging another arm, e.g. a patch off) it would show only the newest
+    assert "fakegrid" not in current_block(readme)
     only_results = tmp_path / "R.md"  # a file with the results block alone (the top-level README): left so
     only_results.write_text(f"{BEGIN}\n{END}\n")
     assert main(["bench", "table", "--results", str(results), "--update", str(only_results)]) == 0
@@ -292,3 +294,24 @@ def test_first_burst_bar_takes_the_worst_repeat(grid_cfg) -> None:
     (bad,) = [k for k in r["verdict"]["checks"] if not k["passed"]]
     assert (bad["kind"], bad["context"], bad["concurrency"], bad["arm"]) == ("first_burst", 16, 1, "eagle3")
     assert bad["first_over_warm"] == pytest.approx(700 / 1450, abs=1e-4) and len(bad["values"]) == 2
+
+
+def test_grid_block_has_a_section_per_judged_arm_the_verdicts_first(grid_cfg, tmp_path: Path) -> None:
+    """Two receipts of the same runs, one judging another arm (`--arms baseline,<arm>`, e.g. a patch off): both
+    shown, each named by the arm it judges, the config's verdict arm first though the other is newer."""
+    import copy
+
+    from sglang_blackwell.bench.eagle3.readme_table import judged_arm
+
+    results = tmp_path / "results"
+    main_r = build_receipt(grid_cfg, ["baseline", "eagle3"], _runs(), repeats=1, mode="launch")
+    main_r["created"] = "2026-12-01T00:00:00+00:00"
+    other = copy.deepcopy(main_r)
+    other["created"] = "2026-12-02T00:00:00+00:00"
+    for row in other["verdict"]["table"]:
+        row["arm"] = "eagle3-patch-off"
+    write_receipt(main_r, results / "bench-eagle3_fakegrid_a.json")
+    write_receipt(other, results / "bench-eagle3_fakegrid_b.json")
+    assert (judged_arm(main_r), judged_arm(other)) == ("eagle3", "eagle3-patch-off")
+    heads = [ln for ln in grid_markdown(load_receipts(results)).splitlines() if ln.startswith("**fakegrid**")]
+    assert len(heads) == 2 and "eagle3 / baseline" in heads[0] and "eagle3-patch-off / baseline" in heads[1]
