@@ -21,7 +21,7 @@ from typing import Any
 from .config import VerdictSpec
 from .crosscheck import line as crosscheck_line
 from .stats import median
-from .verdict import LEVEL_METRICS, aggregate, compare, diagnose, fusion_comparison, spread
+from .verdict import LEVEL_METRICS, accept_check, aggregate, compare, diagnose, fusion_comparison, spread
 
 RULE = ("per cell (context, concurrency): worst speculative repeat >= min_ratio x best baseline repeat (warm "
         "output tok/s)")
@@ -168,24 +168,8 @@ def _vals(view: dict[str, Any], arm: str, c: int, metric: str = "tok_s") -> list
 
 def _accept_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],
                    concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
-    out = []
-    for ctx in contexts:
-        for c in concurrency:
-            for arm in v.speculative:
-                got = _med(agg, arm, ctx, c, "accept_len")
-                k: dict[str, Any] = {"kind": "accept_len", "context": ctx, "concurrency": c, "arm": arm,
-                                     "expect_accept_len": v.expect_accept_len, "tolerance": v.accept_len_tolerance,
-                                     "accept_len": round(got, 4) if got is not None else None}
-                if got is None:
-                    k.update(passed=False, why="no accept length measured")
-                else:
-                    assert v.expect_accept_len is not None and v.accept_len_tolerance is not None
-                    k["passed"] = abs(got - v.expect_accept_len) <= v.accept_len_tolerance
-                    if not k["passed"]:
-                        k["why"] = (f"accept length {got:.4f} outside {v.expect_accept_len} +- "
-                                    f"{v.accept_len_tolerance}")
-                out.append(k)
-    return out
+    return [accept_check(v, _med(agg, arm, ctx, c, "accept_len"), context=ctx, concurrency=c, arm=arm)
+            for ctx in contexts for c in concurrency for arm in v.speculative]
 
 
 def _first_burst_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],

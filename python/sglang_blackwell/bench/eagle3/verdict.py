@@ -227,22 +227,23 @@ def _accept_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
     """The measured accept length within expect_accept_len +- accept_len_tolerance, at every verdict
     concurrency and for every verdict arm (the median over repeats: a constructed draft's acceptance is known
     before the run, so a miss is a defect, not noise)."""
-    out = []
-    for c in sorted(v.min_ratio):
-        for arm in v.speculative:
-            got = _median(_vals(agg, arm, c, "accept_len"))
-            k: dict[str, Any] = {"kind": "accept_len", "concurrency": c, "arm": arm,
-                                 "expect_accept_len": v.expect_accept_len, "tolerance": v.accept_len_tolerance,
-                                 "accept_len": round(got, 4) if got is not None else None}
-            if got is None:
-                k.update(passed=False, why="no accept length measured")
-            else:
-                k["passed"] = abs(got - v.expect_accept_len) <= v.accept_len_tolerance
-                if not k["passed"]:
-                    k["why"] = (f"accept length {got:.4f} outside {v.expect_accept_len} +- "
-                                f"{v.accept_len_tolerance}")
-            out.append(k)
-    return out
+    return [accept_check(v, _median(_vals(agg, arm, c, "accept_len")), concurrency=c, arm=arm)
+            for c in sorted(v.min_ratio) for arm in v.speculative]
+
+
+def accept_check(v: VerdictSpec, got: float | None, **where: Any) -> dict[str, Any]:
+    """One accept-length check: `got` (the median over repeats, None if none was measured) within
+    v.expect_accept_len +- v.accept_len_tolerance; `where` names the arm, concurrency (and context)."""
+    assert v.expect_accept_len is not None and v.accept_len_tolerance is not None
+    k: dict[str, Any] = {"kind": "accept_len", **where, "expect_accept_len": v.expect_accept_len,
+                         "tolerance": v.accept_len_tolerance, "accept_len": round(got, 4) if got is not None else None}
+    if got is None:
+        k.update(passed=False, why="no accept length measured")
+        return k
+    k["passed"] = abs(got - v.expect_accept_len) <= v.accept_len_tolerance
+    if not k["passed"]:
+        k["why"] = f"accept length {got:.4f} outside {v.expect_accept_len} +- {v.accept_len_tolerance}"
+    return k
 
 
 def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
