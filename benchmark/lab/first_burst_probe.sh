@@ -33,7 +33,7 @@ for _ in $(seq 240); do
 done
 log "server up after $(( $(date +%s) - T0 )) s"
 pids=$(ps -o pid= -s "$SID" | tr '\n' ' ')
-log "server processes: $(for p in $pids; do echo -n "$p:$(cat /proc/$p/comm) "; done)"
+log "server processes: $(for p in $pids; do echo -n "$p:$(cat "/proc/$p/comm") "; done)"
 cat > /tmp/probe_client.py <<'EOF'
 import json, random, sys, threading, time, urllib.request
 def req(i, out):
@@ -71,7 +71,7 @@ sleep 1.5
 for k in $(seq 9); do
   echo "=== dump $k at $(date +%s.%N | cut -c1-14)" >> /tmp/probe-spy.txt
   for p in $pids; do
-    echo "--- pid $p $(cat /proc/$p/comm 2>/dev/null)" >> /tmp/probe-spy.txt
+    echo "--- pid $p $(cat "/proc/$p/comm" 2>/dev/null)" >> /tmp/probe-spy.txt
     timeout 5 $SPY dump --pid "$p" --nonblocking >> /tmp/probe-spy.txt 2>&1
   done
   kill -0 $CL 2>/dev/null || break

@@ -45,10 +45,10 @@ stepA() {
 bench_arm() {  # bench_arm ARM TAG DEADLINE: one arm of the grid, everything it wrote (but traces) tarred into $OUT
   local o=/tmp/o$2; rm -rf "$o"
   OUT=$o DEADLINE=$3 TRACES_DIR=/tmp/traces bash benchmark/lab/bench_eagle3.sh "$CONFIG" --arms "$1" --repeats 1 \
-    > /tmp/$2.log 2>&1
+    > "/tmp/$2.log" 2>&1
   local rc=$?
-  log "$CONFIG --arms $1: exit $rc"; grep -vE '^\s*$' /tmp/$2.log | tail -45
-  mv /tmp/$2.log "$o/" 2>/dev/null
+  log "$CONFIG --arms $1: exit $rc"; grep -vE '^\s*$' "/tmp/$2.log" | tail -45
+  mv "/tmp/$2.log" "$o/" 2>/dev/null
   tar -czf "$OUT/step$2.tar.gz" -C /tmp "o$2"
   return $rc
 }

@@ -22,6 +22,7 @@ from support.tools import SHELLCHECK, ToolUnavailable, pip_tool  # noqa: E402
 ROOT = TEST_ROOT.parent
 LAB = ROOT / "benchmark" / "lab"
 SCRIPTS = ["session_tp2.sh", "pack_parts.sh", "gpu_suite.sh", "serve_check.sh", "bench_eagle3.sh"]
+GRID_SCRIPTS = ["session_grid.sh", "first_burst_probe.sh"]  # the verify issue's lab session (TP=1)
 MIB = 2**20
 
 
@@ -144,7 +145,7 @@ def test_session_script_help_and_check(tmp_path):
     assert r.returncode == 1
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", SCRIPTS + GRID_SCRIPTS)
 def test_scripts_parse(script):
     assert run("bash", "-n", str(LAB / script)).returncode == 0
 
@@ -155,5 +156,5 @@ def test_session_scripts_are_shellcheck_clean():
         exe = pip_tool(*SHELLCHECK)
     except ToolUnavailable as e:
         pytest.skip(str(e))
-    r = run(str(exe), "--severity=style", *(str(LAB / s) for s in [*SCRIPTS[:4], "lib.sh"]))
+    r = run(str(exe), "--severity=style", *(str(LAB / s) for s in [*SCRIPTS[:4], "lib.sh", *GRID_SCRIPTS]))
     assert (r.returncode, r.stdout + r.stderr) == (0, "")
