@@ -188,8 +188,15 @@ def cmd_bundle(a: argparse.Namespace) -> int:
               f"bash {first}/install.sh [--target SITE]")
     else:
         print(f"install: bash {first}/install.sh [--target SITE]")
-    print(f"on the target, --expect-id {m['bundle_id'][:16]} refuses any other bundle (install.sh recomputes the id "
-          "from the manifest; send the id by another channel than the bundle)")
+    import shlex
+
+    from .artifacts.bundle import check_line
+
+    print("on the target, check the installer first (no file of the bundle can vouch for itself), then let it check "
+          "every other file against the id (send these lines by another channel than the bundle; for another chunk "
+          "the same line with its directory):")
+    print(f"check first: {check_line(str(first), m)} && bash {shlex.quote(str(first))}/install.sh --expect-id "
+          f"{m['bundle_id']} [--target SITE]")  # the full id: all of its sha256, not a 64-bit prefix
     return 0
 
 
@@ -229,7 +236,8 @@ def cmd_index(a: argparse.Namespace) -> int:
     for d in a.dist or ["dist"]:
         wheels += sorted(Path(d).rglob("*.whl") if a.recursive else Path(d).glob("*.whl"))
     simple = build_index(wheels, Path(a.dir), url_template=a.url_template, simple_at_root=a.simple_at_root,
-                         keep_first=a.keep_first, warn=lambda m: print(f"warning: {m}", file=sys.stderr))
+                         keep_first=a.keep_first, warn=lambda m: print(f"warning: {m}", file=sys.stderr),
+                         built_only=a.url_template is None)  # files/ publishes only wheels of the build manifest
     print(f"pip install --extra-index-url file://{simple.resolve()} sglang flashinfer-python")
     return 0
 

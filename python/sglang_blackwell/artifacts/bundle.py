@@ -5,7 +5,8 @@ script that verifies it before installing:
   wheels/   our patched wheels (build.build), the kernel wheel (optionally stripped: strip.py), the dependency
             wheels the target lacks (deps.py)
   aot/      optional prebuilt FlashInfer JIT modules, aot/<name>/<name>.so (aot.py)
-  manifest.json, install.sh, install_bundle.py (bundle_installer.py)
+  manifest.json, install.sh, install_bundle.py (bundle_installer.py; the manifest records their sha256 too, so the
+            bundle id covers them; `check_line` is the sha256sum -c the user runs on the target before them)
 
 With --chunk-mib N the files are split over chunk directories c1, c2, ... (each under N MiB with its own copy of
 the manifest and install script) that can travel separately; install.sh brings them together (--stage).
@@ -19,8 +20,10 @@ leaves nothing half-written. The same inputs give the same bytes (no timestamps;
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -66,11 +69,34 @@ DEPS_SECTIONS = (("launch_deps", "launch_path", "a normal launch"),
 INSTALL_SH = """#!/usr/bin/env bash
 # Verify this sglang-blackwell bundle (size + sha256 of every file in manifest.json), then install it.
 # bash install.sh --help; PYTHON=/path/to/python3 selects the interpreter (default: python3).
+# Check this file and install_bundle.py first, with the `check first:` line `sglang-blackwell bundle` printed
+# (sha256sum -c): no file of the bundle can vouch for itself. -I: no module of this directory, the working
+# directory or PYTHONPATH is imported in place of the standard library's.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-exec "${PYTHON:-python3}" "$here/install_bundle.py" "$@"
+here="$(CDPATH='' cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+exec "${PYTHON:-python3}" -I "$here/install_bundle.py" "$@"
 """
 Progress = Callable[[str], None]
+
+
+def installer_files() -> dict[str, bytes]:
+    """What runs on the target, byte for byte as every chunk carries it."""
+    return {"install.sh": INSTALL_SH.encode(), "install_bundle.py": INSTALLER.read_bytes()}
+
+
+def installer_entry() -> dict[str, dict]:
+    """manifest["installer"]: the size and sha256 of install.sh and install_bundle.py (so the bundle id covers
+    them; install_bundle.py refuses to run as another bundle's installer)."""
+    return {n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in installer_files().items()}
+
+
+def check_line(directory: str, manifest: dict) -> str:
+    """The check to run on the target before anything of the bundle in `directory` runs: sha256sum -c of install.sh
+    and install_bundle.py against the hashes this machine recorded (the same for every chunk)."""
+    inst = manifest["installer"]
+    d = shlex.quote(directory)
+    return (f"(cd {d} && printf '%s  %s\\n' {inst['install.sh']['sha256']} install.sh "
+            f"{inst['install_bundle.py']['sha256']} install_bundle.py | sha256sum -c)")
 
 
 @dataclass
@@ -392,6 +418,7 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
             "chunks": chunks, "dependencies": deps_info,
             "jit": {"archs": list(opts.jit_archs), "modules": [m.name for m in aot]},
             "files": files,
+            "installer": installer_entry(),
         }
         manifest["bundle_id"] = content_id(manifest)  # install.sh recomputes it (bundle_installer.py)
         src_of = {e["path"]: src for e, src in entries}
@@ -404,9 +431,9 @@ def make_bundle(base: Base, out: Path, opts: BundleOptions, *, cache: Path | Non
                     dest = d / f["path"]
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src_of[f["path"]], dest)
-            (d / "install.sh").write_text(INSTALL_SH)
+            for name, data in installer_files().items():
+                (d / name).write_bytes(data)
             (d / "install.sh").chmod(0o755)
-            shutil.copyfile(INSTALLER, d / "install_bundle.py")
             (d / "manifest.json").write_text(json.dumps(dict(manifest, chunk=chunk), indent=1, sort_keys=True)
                                              + "\n")
         shutil.rmtree(work)

@@ -6,6 +6,7 @@ installs into real directories / venvs. No internet (see test_bundle_network.py 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -236,6 +237,30 @@ def test_chunks_side_by_side_install_without_a_stage(world, tmp_path):
     r = run_install(out / "c2", "--target", str(tmp_path / "site"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "site/sglang/gate.py").read_bytes() == PATCHED
+
+
+def test_every_chunk_passes_the_check_line_and_the_id_covers_the_installer(world, tmp_path):
+    """The `check first:` line (sha256sum -c, nothing from the bundle) holds for every chunk and for the staged copy
+    (the same installer bytes); the manifest, hence the id, records those bytes; the chunks stage then install."""
+    from sglang_blackwell.artifacts.bundle import check_line, installer_files
+
+    out = tmp_path / "bundle"
+    m = _bundle(world, out, deps=_pins(tmp_path, "depa==2.0\ndepb==1.0\ndepc==1.1\n"), chunk_mib=0.9)
+    assert m["installer"] == {n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+                              for n, b in installer_files().items()}
+    stage = tmp_path / "stage"
+    for c in m["chunks"]:
+        r = subprocess.run(["bash", "-c", check_line(str(out / c), m)], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout == "install.sh: OK\ninstall_bundle.py: OK\n", r.stdout + r.stderr
+        r = run_install(out / c, "--stage", str(stage), "--expect-id", m["bundle_id"][:16],
+                        *(["--stage-only"] if c == "c1" else ["--target", str(tmp_path / "site")]))
+        assert r.returncode == 0, r.stdout + r.stderr
+    staged = stage / m["bundle_id"][:16]
+    assert subprocess.run(["bash", "-c", check_line(str(staged), m)], capture_output=True).returncode == 0
+    assert (tmp_path / "site/sglang/gate.py").read_bytes() == PATCHED
+    (out / "c2" / "install.sh").write_text((out / "c2" / "install.sh").read_text() + "# edited\n")
+    r = subprocess.run(["bash", "-c", check_line(str(out / "c2"), m)], capture_output=True, text=True)
+    assert r.returncode == 1 and "install.sh: FAILED" in r.stdout
 
 
 def test_a_file_too_big_for_a_chunk_is_named(world, tmp_path):
