@@ -11,7 +11,9 @@
 Every request is greedy with ignore_eos (SGLang and vLLM take it as an extra body field) and asks for exactly
 the workload's output length; a request that produced fewer tokens fails its level. Token counts come from the
 server (usage.completion_tokens, requested with stream_options.include_usage; meta_info.completion_tokens for
-/generate), never from counting chunks.
+/generate), never from counting chunks. Every request keeps to the transport's bounds (transport.LIMITS: first
+byte, idle, total; the size caps; the run's --deadline-s) and a reply that is not what the API says fails with
+the URL and the field at fault.
 
 Timing, time.perf_counter() per chunk as it arrives:
 - TTFT: from sending the request to the first chunk that carries output (completions: a non-empty
@@ -35,14 +37,14 @@ import time
 import urllib.error
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.client import HTTPException, HTTPResponse
+from http.client import HTTPException
 from typing import Any
 
+from . import transport
 from .config import Prompt
 from .stats import median, percentile
-from .transport import http_json, post_request, sse_events, urlopen
+from .transport import http_json, post_request, sse_events
 
-REQUEST_TIMEOUT_S = 600.0
 OPENAI_APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CHAT_OUTPUT_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls")
 
@@ -77,12 +79,22 @@ def model_id(url: str, preferred: str | None = None, timeout: float = 30.0) -> s
     """The model id GET /v1/models lists: the only one, or `preferred` among several."""
     try:
         listed = http_json(url + "/v1/models", timeout=timeout)
+    except transport.Redirected as e:
+        raise RequestError(f"GET {url}/v1/models: {e}") from None
     except urllib.error.HTTPError as e:
         raise RequestError(f"GET {url}/v1/models: HTTP {e.code}") from None
-    except (OSError, ValueError) as e:
+    except (transport.Timeout, transport.TooLarge) as e:  # they name the request
+        raise RequestError(str(e)) from None
+    except (OSError, ValueError, HTTPException) as e:
         raise RequestError(f"GET {url}/v1/models: {type(e).__name__}: {e}") from None
-    ids = [m.get("id") for m in (listed or {}).get("data", []) if isinstance(m, dict)] \
-        if isinstance(listed, dict) else []
+    if not isinstance(listed, dict):
+        raise RequestError(f"GET {url}/v1/models: the answer is {_kind(listed)}, expected a JSON object with a "
+                           f"data list: {json.dumps(listed)[:200]}")
+    data = listed.get("data", [])
+    if not isinstance(data, list):
+        raise RequestError(f"GET {url}/v1/models: field data is {_kind(data)}, expected a list of models: "
+                           f"{json.dumps(listed)[:200]}")
+    ids = [m.get("id") for m in data if isinstance(m, dict)]
     ids = [i for i in ids if isinstance(i, str) and i]
     if len(ids) == 1:
         return ids[0]
@@ -118,33 +130,60 @@ def openai_payload(ep: Endpoint, prompt: Prompt, output_len: int) -> dict[str, A
     return body
 
 
-def send(ep: Endpoint, prompt: Prompt, output_len: int, *, timeout: float = REQUEST_TIMEOUT_S) -> RequestResult:
-    """One request over the endpoint's API."""
+def send(ep: Endpoint, prompt: Prompt, output_len: int, *, limits: transport.Limits | None = None) -> RequestResult:
+    """One request over the endpoint's API, within the transport's deadlines and size caps (`limits`, default
+    transport.LIMITS: first byte, idle, total; and the run's --deadline-s)."""
+    lim = limits or transport.LIMITS
     if ep.api == "generate":
         body = generate_payload(prompt, output_len, ep.stream)
     else:
         body = openai_payload(ep, prompt, output_len)
     where = f"POST {ep.url}{ep.path}"
     req = post_request(ep.url + ep.path, body)
+    streamed = ep.api != "generate" or ep.stream
     t0 = time.perf_counter()
     try:
-        with urlopen(req, timeout=timeout) as r:
+        # a non-streamed answer comes whole at the end: its headers are bounded by the total deadline only
+        with transport.request(req, first_byte_s=lim.first_byte_s if streamed else lim.total_s,
+                               total_s=lim.total_s, idle_s=lim.idle_s) as r:
             if ep.api != "generate":
-                return _openai_stream(r, t0, chat=ep.api == "chat", where=where)
+                return _openai_stream(r, t0, chat=ep.api == "chat", where=where, first_byte_s=lim.first_byte_s)
             if not ep.stream:
-                return _generate_result(json.loads(r.read()), time.perf_counter() - t0, None, None)
-            return _generate_stream(r, t0)
+                raw = r.body()
+                try:
+                    final = json.loads(raw)
+                except ValueError:
+                    raise RequestError(f"{where}: the answer is not JSON: {raw[:200]!r}") from None
+                return _generate_result(final, time.perf_counter() - t0, None, None, where=where)
+            return _generate_stream(r, t0, where=where, first_byte_s=lim.first_byte_s)
+    except transport.Redirected as e:
+        raise RequestError(f"{where}: {e}") from None
     except urllib.error.HTTPError as e:
         detail = e.read()[:300].decode(errors="replace")
         raise RequestError(f"{where}: HTTP {e.code}: {detail}") from None
+    except (transport.Timeout, transport.TooLarge) as e:  # they name the request
+        raise RequestError(str(e)) from None
     except (OSError, ValueError, HTTPException) as e:  # HTTPException: e.g. IncompleteRead, a stream cut off
         raise RequestError(f"{where}: {type(e).__name__}: {e}") from None
 
 
-def generate(url: str, prompt: Prompt, output_len: int, *, stream: bool,
-             timeout: float = REQUEST_TIMEOUT_S) -> RequestResult:
+def generate(url: str, prompt: Prompt, output_len: int, *, stream: bool) -> RequestResult:
     """SGLang's native /generate (the lab configs, the profiler window)."""
-    return send(Endpoint(url=url, api="generate", stream=stream), prompt, output_len, timeout=timeout)
+    return send(Endpoint(url=url, api="generate", stream=stream), prompt, output_len)
+
+
+def _json_event(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        raise RequestError(f"{where}: stream event is not JSON: {data[:200]!r}") from None
+    if not isinstance(obj, dict):
+        raise RequestError(f"{where}: stream event is not a JSON object: {data[:200]!r}")
+    return obj
+
+
+def _kind(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
 
 
 def _error_text(obj: dict[str, Any]) -> str | None:
@@ -155,12 +194,21 @@ def _error_text(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _carries_output(obj: dict[str, Any], chat: bool) -> bool:
-    for ch in obj.get("choices") or []:
+def _carries_output(obj: dict[str, Any], chat: bool, where: str) -> bool:
+    choices = obj.get("choices")
+    if choices is None:
+        return False
+    if not isinstance(choices, list):
+        raise RequestError(f"{where}: stream event field choices is {_kind(choices)}, expected a list: "
+                           f"{json.dumps(obj)[:200]}")
+    for i, ch in enumerate(choices):
         if not isinstance(ch, dict):
             continue
         if chat:
             delta = ch.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise RequestError(f"{where}: stream event field choices[{i}].delta is {_kind(delta)}, expected "
+                                   f"an object: {json.dumps(obj)[:200]}")
             if any(delta.get(k) for k in CHAT_OUTPUT_FIELDS):
                 return True
         elif ch.get("text"):
@@ -168,68 +216,86 @@ def _carries_output(obj: dict[str, Any], chat: bool) -> bool:
     return False
 
 
-def _openai_stream(r: HTTPResponse, t0: float, *, chat: bool, where: str) -> RequestResult:
+def _openai_stream(r: transport.Reply, t0: float, *, chat: bool, where: str,
+                   first_byte_s: float | None = None) -> RequestResult:
     chunks: list[float] = []
     usage: dict[str, Any] | None = None
-    for t, data in sse_events(r):
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise RequestError(f"{where}: stream event is not a JSON object: {data[:200]!r}")
+    for t, data in sse_events(r, first_byte_s):
+        obj = _json_event(data, where)
         err = _error_text(obj)
         if err is not None:
             raise RequestError(f"{where}: server error in the stream: {err}")
         if isinstance(obj.get("usage"), dict):
             usage = obj["usage"]  # the final usage chunk (continuous usage stats: every chunk; the last wins)
-        if _carries_output(obj, chat):
+        if _carries_output(obj, chat, where):
             chunks.append(t - t0)
     e2e = time.perf_counter() - t0
-    if usage is None or not isinstance(usage.get("completion_tokens"), int):
+    n = usage.get("completion_tokens") if usage is not None else None
+    if usage is None or n is None:
         raise RequestError(f"{where}: the stream reported no usage.completion_tokens (asked with "
                            "stream_options.include_usage): cannot check the output length")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise RequestError(f"{where}: usage.completion_tokens is {n!r:.60}, expected a count")
     if not chunks:
         raise RequestError(f"{where}: the stream carried no output")
-    return RequestResult(e2e_s=e2e, ttft_s=chunks[0], output_tokens=usage["completion_tokens"],
-                         verify_ct=None, chunk_s=chunks)
+    return RequestResult(e2e_s=e2e, ttft_s=chunks[0], output_tokens=n, verify_ct=None, chunk_s=chunks)
 
 
-def _generate_result(final: dict[str, Any], e2e: float, ttft: float | None,
-                     chunks: list[float] | None) -> RequestResult:
+def _count(v: Any, field: str, where: str) -> int | None:
+    """A non-negative whole number the server reported (an int, or a float that is one), None when absent."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")) \
+            or v < 0 or int(v) != v:
+        raise RequestError(f"{where}: {field} is {v!r:.60}, expected a count")
+    return int(v)
+
+
+def _generate_result(final: Any, e2e: float, ttft: float | None, chunks: list[float] | None,
+                     where: str = "POST /generate") -> RequestResult:
+    if not isinstance(final, dict):
+        raise RequestError(f"{where}: the answer is {_kind(final)}, expected a JSON object: "
+                           f"{json.dumps(final)[:200]}")
     if "error" in final:
-        raise RequestError(f"server error: {json.dumps(final['error'])[:300]}")
+        raise RequestError(f"{where}: server error: {json.dumps(final['error'])[:300]}")
     meta = final.get("meta_info") or {}
+    if not isinstance(meta, dict):
+        raise RequestError(f"{where}: meta_info is {_kind(meta)}, expected an object")
     ids = final.get("output_ids")
-    n = meta.get("completion_tokens")
+    n = _count(meta.get("completion_tokens"), "meta_info.completion_tokens", where)
     if n is None:
         n = len(ids) if isinstance(ids, list) else 0
     vct = meta.get("spec_verify_ct")
-    return RequestResult(e2e_s=e2e, ttft_s=ttft, output_tokens=int(n),
-                         verify_ct=int(vct) if isinstance(vct, (int, float)) else None,
+    vct = _count(vct, "meta_info.spec_verify_ct", where) if isinstance(vct, (int, float)) else None
+    return RequestResult(e2e_s=e2e, ttft_s=ttft, output_tokens=n, verify_ct=vct,
                          output_ids=list(ids) if isinstance(ids, list) else None, chunk_s=chunks)
 
 
 def _generate_progress(obj: dict[str, Any]) -> int:
     """How much output a /generate stream event holds (tokens, else characters of text)."""
-    n = (obj.get("meta_info") or {}).get("completion_tokens")
+    meta = obj.get("meta_info")
+    n = meta.get("completion_tokens") if isinstance(meta, dict) else None
     if isinstance(n, int):
         return n
-    ids = obj.get("output_ids")
-    return len(ids) if isinstance(ids, list) else len(obj.get("text") or "")
+    ids, text = obj.get("output_ids"), obj.get("text")
+    return len(ids) if isinstance(ids, list) else len(text) if isinstance(text, str) else 0
 
 
-def _generate_stream(r: HTTPResponse, t0: float) -> RequestResult:
+def _generate_stream(r: transport.Reply, t0: float, *, where: str = "POST /generate",
+                     first_byte_s: float | None = None) -> RequestResult:
     final, chunks, seen = None, [], 0
-    for t, data in sse_events(r):
-        obj = json.loads(data)
+    for t, data in sse_events(r, first_byte_s):
+        obj = _json_event(data, where)
         if "error" in obj:
-            return _generate_result(obj, 0.0, None, None)
+            return _generate_result(obj, 0.0, None, None, where=where)
         n = _generate_progress(obj)
         if n > seen:  # the final event repeats the last output: not a chunk of its own
             chunks.append(t - t0)
             seen = n
         final = obj
     if final is None:
-        raise RequestError("stream ended without a result")
-    return _generate_result(final, time.perf_counter() - t0, chunks[0] if chunks else None, chunks)
+        raise RequestError(f"{where}: stream ended without a result")
+    return _generate_result(final, time.perf_counter() - t0, chunks[0] if chunks else None, chunks, where=where)
 
 
 @dataclass

@@ -18,10 +18,13 @@ from those runs (also later, from several such files: --from-runs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -35,8 +38,21 @@ from typing import Any
 from ... import procs, receipts
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
-from ...paths import output_problem, repo_root
-from . import client, grid, grid_verdict, plots, preflight, prompts, sglang_api, trace, triton_cache, vllm_api, window
+from ...paths import os_reason, output_problem, repo_root
+from . import (
+    client,
+    grid,
+    grid_verdict,
+    plots,
+    preflight,
+    prompts,
+    sglang_api,
+    trace,
+    transport,
+    triton_cache,
+    vllm_api,
+    window,
+)
 from .config import ArmSpec, BenchConfig, Prompt, VerdictSpec, load_config, select_arms, with_tp
 from .server import (
     Server,
@@ -115,7 +131,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, help="tensor-parallel size (default: the config's [server] tp)")
     p.add_argument("--arms", help="comma-separated subset of the config's arms (default: all)")
     p.add_argument("--deadline-s", type=float,
-                   help="start no arm run that would likely end after this many seconds (bounded lab calls)")
+                   help="start no arm run that would likely end after this many seconds (bounded lab calls), and end "
+                        "any request still running then (that arm run fails)")
+    p.add_argument("--request-timeouts", metavar="FIRST,IDLE,TOTAL",
+                   help="per-request deadlines in seconds: the first byte of data, the longest wait between two "
+                        "events of a stream, the whole request (default "
+                        f"{_limits_text(transport.Limits())}; benchmark/README.md says why)")
     p.add_argument("--from-runs", nargs="+", metavar="RUNS.jsonl",
                    help="run nothing: build the receipt, verdict and plots from earlier *_runs.jsonl files")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -139,18 +160,20 @@ def run(a: argparse.Namespace) -> int:
         raise UserError(f"--repeats: expected >= 1, got {a.repeats}")
     if a.deadline_s is not None and not a.deadline_s > 0:
         raise UserError(f"--deadline-s: expected a number of seconds > 0, got {a.deadline_s}")
+    limits = parse_limits(getattr(a, "request_timeouts", None))
     repeats = a.repeats or cfg.workload.repeats
     out_dir = Path(a.out) if a.out else _default_out()
     problem = output_problem(out_dir, directory=True)  # before anything is launched
     if problem:
         raise UserError(f"{'--out' if a.out else 'the results directory'} {out_dir}: {problem}")
-    stem = out_dir / f"{KIND}_{cfg.name}_{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    base = out_dir / f"{KIND}_{cfg.name}_{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     progress = _progress_printer()
     interrupted = fatal = None
     if a.from_runs:
         if a.attach:
             raise UserError("--from-runs and --attach exclude each other")
-        runs = read_runs(cfg, [Path(p) for p in a.from_runs])
+        runs = read_runs(cfg, [Path(p) for p in a.from_runs], warn=progress)
+        stem = claim_stem(base, runs_file=False)
         runs = [r for r in runs if r["arm"] in arms]
         mode = "+".join(sorted({r["mode"] for r in runs})) or "none"
     else:
@@ -165,7 +188,9 @@ def run(a: argparse.Namespace) -> int:
         if cfg.grid:
             prompts.allowed_ids(cfg)  # what the grid's prompts are drawn from: exit 2 before anything is written
         out_dir.mkdir(parents=True, exist_ok=True)
+        stem = claim_stem(base, runs_file=True)  # this run's own names: another run of this second has others
         runs = []
+        transport.set_limits(limits)
         try:
             run_all(cfg, arms, repeats, stem, attach=attach, deadline_s=a.deadline_s, progress=progress,
                     on_run=runs.append)
@@ -175,6 +200,9 @@ def run(a: argparse.Namespace) -> int:
         except TeardownError as e:
             fatal = e
             progress(f"ABORT: {e}")
+        finally:
+            transport.set_run_deadline(None)
+            transport.set_limits(transport.Limits())
     receipt = build_receipt(cfg, arms, runs, repeats=repeats, mode=mode, interrupted=interrupted,
                             fatal=str(fatal) if fatal else None)
     path = write_outputs(receipt, stem, plots_wanted=not a.no_plots, progress=progress)
@@ -185,6 +213,51 @@ def run(a: argparse.Namespace) -> int:
     if interrupted:
         return 130
     return 0 if receipt["summary"]["passed"] else 1
+
+
+def _limits_text(lim: transport.Limits) -> str:
+    return f"{lim.first_byte_s:g},{lim.idle_s:g},{lim.total_s:g}"
+
+
+def parse_limits(text: str | None) -> transport.Limits:
+    """--request-timeouts FIRST,IDLE,TOTAL (seconds, each > 0, FIRST and IDLE <= TOTAL)."""
+    if text is None:
+        return transport.Limits()
+    parts = text.split(",")
+    try:
+        vals = [float(x) for x in parts]
+    except ValueError:
+        vals = []
+    if len(vals) != 3 or not all(math.isfinite(v) and v > 0 for v in vals):
+        raise UserError(f"--request-timeouts {text}: expected FIRST,IDLE,TOTAL, three numbers of seconds > 0 "
+                        f"(default {_limits_text(transport.Limits())})")
+    if max(vals[0], vals[1]) > vals[2]:
+        raise UserError(f"--request-timeouts {text}: the first-byte and idle deadlines must not exceed the total")
+    return transport.Limits(first_byte_s=vals[0], idle_s=vals[1], total_s=vals[2])
+
+
+def claim_stem(base: Path, *, runs_file: bool) -> Path:
+    """`base`, or `base-2`, `base-3`, ...: the first whose receipt and runs file are nobody's. With runs_file, the
+    runs file is created here (exclusively): two runs with one --out in the same second never share one, and
+    neither overwrites the other's receipt."""
+    for n in range(1, 1000):
+        stem = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        runs, receipt = stem.with_name(stem.name + "_runs.jsonl"), stem.with_name(stem.name + ".json")
+        if not runs_file:
+            if not runs.exists() and not receipt.exists():
+                return stem
+            continue
+        try:
+            os.close(os.open(runs, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise UserError(f"{runs}: cannot create it ({os_reason(e)}); nothing was run") from None
+        if receipt.exists():  # a --from-runs receipt of this second
+            runs.unlink()
+            continue
+        return stem
+    raise UserError(f"{base}: 999 runs of this config in this second already have results in {base.parent}")
 
 
 def _default_out() -> Path:
@@ -271,6 +344,7 @@ def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, atta
     host = {"versions": receipts.collect_versions(), "machine": nvidia.machine()}
     runs_path = stem.with_name(stem.name + "_runs.jsonl")
     t0 = time.monotonic()
+    transport.set_run_deadline(deadline_s, t0)  # ends a request still running at the deadline
     longest = 0.0
     progress(f"{cfg.name}: {len(plan)} arm runs ({repeats} x {', '.join(arms)}), "
              f"{'attached servers' if attach else 'launching servers'}; runs -> {runs_path}")
@@ -294,9 +368,25 @@ def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, atta
 
 
 def _append_run(path: Path, cfg: BenchConfig, rec: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        line = {"schema": RUN_SCHEMA, "config": cfg.name, "config_sha256": cfg.sha256, "run": rec}
-        f.write(json.dumps(line, default=str) + "\n")
+    """One whole record or none: a write that fails part way (a full disk) is cut back to the records before it,
+    and the run stops there (exit 2), saying how to build the receipt from what the file holds."""
+    line = {"schema": RUN_SCHEMA, "config": cfg.name, "config_sha256": cfg.sha256, "run": rec}
+    data = memoryview((json.dumps(line, default=str) + "\n").encode())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise UserError(f"{path}: cannot append the run of arm {rec.get('arm')} repeat {rec.get('repeat')} "
+                            f"({os_reason(e)}); the file keeps the whole runs before it: make room, then build "
+                            f"the receipt with --from-runs {path}") from None
+    finally:
+        os.close(fd)
 
 
 # runs recorded before the profiler's per-stream GPU annotations were merged into one window per step (their
@@ -312,7 +402,9 @@ def _valid_profile(profile: dict[str, Any] | None) -> dict[str, Any] | None:
     return profile
 
 
-def read_runs(cfg: BenchConfig, paths: list[Path]) -> list[dict[str, Any]]:
+def read_runs(cfg: BenchConfig, paths: list[Path], warn: Progress | None = None) -> list[dict[str, Any]]:
+    """Every run of the files, in order. A last line without its newline that is not JSON is a write that did not
+    finish (a full disk, a killed harness): ignored, with a warning; anything else malformed is bad input."""
     runs = []
     for p in paths:
         if not p.is_file():
@@ -323,12 +415,19 @@ def read_runs(cfg: BenchConfig, paths: list[Path]) -> list[dict[str, Any]]:
             raise UserError(f"--from-runs {p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
         except OSError as e:
             raise UserError(f"--from-runs {p}: cannot read ({e.strerror or e})") from None
-        for n, line in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
+                if n == len(lines) and not text.endswith("\n"):
+                    whole = sum(1 for r in runs if r["source"].startswith(f"{p.name}:"))
+                    (warn or _progress_printer())(
+                        f"warning: {p}:{n}: the last line is cut off (no newline, not JSON: a write that did not "
+                        f"finish): ignored; using the {whole} whole run(s) before it")
+                    break
                 raise UserError(f"{p}:{n}: not JSON: {e}") from None
             if not isinstance(obj, dict):
                 raise UserError(f"{p}:{n}: expected a JSON object, got {type(obj).__name__}")
@@ -527,8 +626,14 @@ def measure(cfg: BenchConfig, arm: ArmSpec, server: Server, rec: dict[str, Any],
         rec["server"] = {k: info.get(k) for k in SERVER_FACTS}
         rec["server"]["records_step_time"] = sglang_api.step_times(info) is not None
         rec["server"]["engine"] = "sglang"
+        bad_steps = sglang_api.step_times_problem(info)
+        if bad_steps:  # an optional source: the measurement goes on without step times
+            progress(f"  warning: {url}/server_info: {bad_steps}: ignored, no step times for this arm run")
     else:
         peer = vllm_api.metrics(url)
+        junk = vllm_api.junk_warning(url, peer)
+        if junk:
+            progress("  " + junk)
         engine = "vllm" if peer is not None and peer.vllm else "openai-compatible"
         version = vllm_api.version(url) if engine == "vllm" else None
         rec["server"] = {"engine": engine, "engine_version": version}
@@ -795,7 +900,40 @@ def write_outputs(receipt: dict[str, Any], stem: Path, *, plots_wanted: bool, pr
             progress("matplotlib not installed: no plots (pip install 'sglang-blackwell[plot]'; "
                      "then rerun with --from-runs to draw them)")
     receipt["plots"] = files
-    return receipts.write_receipt(receipt, stem.with_name(stem.name + ".json"))
+    return _write_new_receipt(receipt, stem, progress)
+
+
+def _write_new_receipt(receipt: dict[str, Any], stem: Path, progress: Progress) -> Path:
+    """The receipt as <stem>.json, never over another run's: written to a temporary sibling and linked into place
+    (which fails if the name is taken: then the next free stem's name)."""
+    probs = receipts.validate_receipt(receipt)
+    if probs:
+        raise ValueError(f"refusing to write an invalid receipt for {stem}: {probs}")
+    text = json.dumps(receipt, indent=1, sort_keys=False, default=str) + "\n"
+    path = stem.with_name(stem.name + ".json")
+    tmp = stem.with_name(f".{stem.name}.json.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        while True:
+            try:
+                os.link(tmp, path)
+                return path
+            except FileExistsError:
+                other = claim_stem(stem, runs_file=False)
+                progress(f"{path.name} was written by another run meanwhile: this receipt is {other.name}.json")
+                path = other.with_name(other.name + ".json")
+            except OSError as e:  # a file system without hard links: the name was free a moment ago
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK) or path.exists():
+                    raise
+                os.replace(tmp, path)
+                return path
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the receipt ({os_reason(e)}); nothing was written") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def report_text(receipt: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 from ... import procs
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
-from . import listeners
+from . import listeners, transport
 from .transport import http_json, status
 
 __all__ = ["Server", "ServerError", "TeardownError", "attached_server", "busy_port", "ensure_ours", "free_port",
@@ -170,6 +170,10 @@ def wait_healthy(server: Server, proc: subprocess.Popen | None, timeout_s: float
         up, last = openai_health(server.url)
         if up:
             return elapsed
+        over = transport.run_deadline_passed()
+        if over:
+            raise ServerError(f"server at {server.url} not healthy after {elapsed:.0f} s when {over.split(':')[0]}; "
+                              f"log {server.log_path}")
         if elapsed > timeout_s:
             raise ServerError(f"server at {server.url} not healthy after {timeout_s:.0f} s "
                               f"(last {last}); log {server.log_path}:\n{log_tail(server.log_path)}")

@@ -25,20 +25,27 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import urllib.error
+from http.client import HTTPException
 from typing import Any
 
 from .stats import percentile
-from .transport import http_json
+from .transport import Redirected, http_json
 
 
 def server_info(url: str) -> dict[str, Any]:
+    """/server_info (or the deprecated /get_server_info), which must be a JSON object."""
     try:
-        return http_json(url + "/server_info")
+        info = http_json(url + "/server_info")
     except urllib.error.HTTPError as e:
-        if e.code != 404:
+        if e.code != 404 or isinstance(e, Redirected):
             raise
-        return http_json(url + "/get_server_info")
+        info = http_json(url + "/get_server_info")
+    if not isinstance(info, dict):
+        raise ValueError(f"{url}/server_info: the answer is {type(info).__name__}, expected a JSON object: "
+                         f"{str(info)[:200]!r}")
+    return info
 
 
 def server_info_or_none(url: str) -> dict[str, Any] | None:
@@ -46,20 +53,42 @@ def server_info_or_none(url: str) -> dict[str, Any] | None:
     vLLM answers 404) or answers something that is not SGLang's JSON object."""
     try:
         info = server_info(url)
-    except urllib.error.HTTPError:
+    except (urllib.error.HTTPError, ValueError):
         return None
-    return info if isinstance(info, dict) and ("tp_size" in info or "internal_states" in info) else None
+    return info if "tp_size" in info or "internal_states" in info else None
 
 
-def internal_state(info: dict[str, Any]) -> dict[str, Any]:
-    states = info.get("internal_states") or [{}]
-    return states[0] if isinstance(states, list) and states else {}
+def internal_state(info: Any) -> dict[str, Any]:
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    first = states[0] if isinstance(states, list) and states else {}
+    return first if isinstance(first, dict) else {}
 
 
-def step_times(info: dict[str, Any]) -> dict[int, list[float]] | None:
-    """step_time_dict of DP rank 0 with int keys; None when the server does not record step times."""
+def step_times_problem(info: Any) -> str | None:
+    """What is wrong with internal_states[0].step_time_dict ({batch size: [seconds, ...]}); None: nothing (or
+    absent)."""
     d = internal_state(info).get("step_time_dict")
     if d is None:
+        return None
+    if not isinstance(d, dict):
+        return f"internal_states[0].step_time_dict is {type(d).__name__}, expected an object"
+    for k, v in d.items():
+        if not str(k).isdigit():
+            return f"internal_states[0].step_time_dict key {str(k)[:40]!r} is not a batch size"
+        if not isinstance(v, list) or not all(_finite(x) for x in v):
+            return f"internal_states[0].step_time_dict[{k}] is not a list of seconds: {str(v)[:60]}"
+    return None
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def step_times(info: Any) -> dict[int, list[float]] | None:
+    """step_time_dict of DP rank 0 with int keys; None when the server does not record step times, or records
+    them in a shape this reader does not know (step_times_problem says which; an optional source)."""
+    d = internal_state(info).get("step_time_dict")
+    if d is None or step_times_problem(info):
         return None
     return {int(k): [float(x) for x in v] for k, v in d.items()}
 
@@ -82,13 +111,13 @@ def low_quantile(values: list[float], q: float = 0.2) -> float:
 
 def avg_accept_length(info: dict[str, Any]) -> float | None:
     v = internal_state(info).get("avg_spec_accept_length")
-    return float(v) if isinstance(v, (int, float)) else None
+    return float(v) if _finite(v) else None
 
 
 def reset_spec_stats(url: str) -> bool:
     try:
         r = http_json(url + "/set_internal_state", {"server_args": {}})
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, HTTPException):
         return False
     return bool(r) and all(r) if isinstance(r, list) else bool(r)
 
@@ -101,5 +130,5 @@ def start_profile(url: str, output_dir: str, num_steps: int, prefix: str) -> Non
 
 def stop_profile(url: str) -> None:
     # already stopped after num_steps: the server answers an error, which is fine here
-    with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
+    with contextlib.suppress(urllib.error.URLError, OSError, ValueError, HTTPException):
         http_json(url + "/stop_profile", {}, timeout=300)
