@@ -30,7 +30,12 @@ def test_rows_say_carried_or_absorbed_since(monkeypatch):
     assert by_id["P3"].cells["0.5.14"] == "absorbed: upstream since sglang 0.5.14"
     assert by_id["P4"].cells["0.5.23"] == "absorbed: upstream since sglang 0.5.23"
     assert by_id["P2"].cells["0.5.23"] == "`0001-fusion-gate-accepts-sm12x`"
-    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 8)]
+    # P8 / P9 (split-KV verify, first-use warm-up): the 0.5.14 and 0.5.23 lines only; 0.5.9 has neither the
+    # split-KV verify kernels nor the JIT paths they fix, so nothing to carry there yet
+    assert by_id["P8"].cells == {"0.5.14": "`0006-splitkv-verify-mla-on-cuda`",
+                                 "0.5.23": "`0005-splitkv-verify-mla-on-cuda`"}
+    assert by_id["P9"].cells["0.5.14"] == "`0007-warmup-first-use-compiles`"
+    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 10)]
 
 
 def test_update_block_rewrites_only_the_block(tmp_path, tiny_base, capsys):
