@@ -19,10 +19,38 @@ TORCH_CPU_SOURCE ?= $(if $(wildcard $(TORCH_CPU_WHEELS)/torch-*+cpu-*.whl),--fin
 .PHONY: all build test image-test lint check clean
 all: build
 
+# The venv's pip must be whole before it is used: a Ctrl-C during `pip install --upgrade pip` leaves it half old,
+# half new (pip does not roll back on an interrupt), and every later pip run fails with an ImportError. PIP_WHOLE
+# checks, without importing pip, that exactly one pip is installed and that every file its RECORD lists is there
+# with that sha256; a venv that fails it is made again from scratch (`venv --clear`), saying so. A $(VENV) that is no
+# venv at all (no pyvenv.cfg) is not ours to clear: refused.
+define PIP_WHOLE
+import base64, hashlib, importlib.metadata as md, sys
+pips = [d for d in md.distributions() if (d.metadata["Name"] or "").lower() == "pip"]
+if len(pips) != 1:
+    sys.exit(f"{len(pips)} pip installations, not one")
+for f in pips[0].files or sys.exit("pip has no RECORD"):
+    if f.hash is None:
+        continue
+    try:
+        data = f.locate().read_bytes()
+    except OSError:
+        sys.exit(f"{f} is missing")
+    if base64.urlsafe_b64encode(hashlib.new(f.hash.mode, data).digest()).rstrip(b"=").decode() != f.hash.value:
+        sys.exit(f"{f} is not the file pip installed")
+endef
+export PIP_WHOLE
+
 $(BIN)/sglang-blackwell: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	@if [ -e $(VENV) ] && [ ! -f $(VENV)/pyvenv.cfg ]; then \
+	  echo "$(VENV): exists and is not a venv (no pyvenv.cfg): move it away, or give make VENV=<another folder>" >&2; \
+	  exit 2; fi
+	@if [ -e $(VENV) ] && ! why=$$($(BIN)/python -I -c "$$PIP_WHOLE" 2>&1); then \
+	  echo "$(VENV): its pip is broken ($${why:-no python}: an interrupted pip upgrade?): making $(VENV) again"; \
+	  echo "$(PY) -m venv --clear $(VENV)"; $(PY) -m venv --clear $(VENV); \
+	else echo "$(PY) -m venv $(VENV)"; $(PY) -m venv $(VENV); fi
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
 	touch $@
 
 $(VENV)/.test-deps: $(BIN)/sglang-blackwell test/requirements-upstream.txt test/constraints.txt

@@ -22,9 +22,11 @@ version links the same file on the same host as the pinned URL: asking by name c
 
 Then our own check, as before pip did the downloading: size + sha256 against the pin, before anything enters the
 cache. pip downloads into a private directory under <cache>/.partial/ (named with our pid; a killed download's
-directory is swept by the next fetch once its pid is gone); only a verified file is renamed into
-<cache>/artifacts/ (atomically), so nothing half-written is ever a cache entry. With a warm cache neither pip nor
-the network is touched; SGLANG_BLACKWELL_OFFLINE=1 turns a cold cache into an error instead of a download.
+directory is swept by the next fetch once its pid is gone: only such directories, in a .partial that is a directory
+of this user, never through a symbolic link; a .partial that is a link is refused for downloads); only a verified
+file is renamed into <cache>/artifacts/ (atomically), so nothing half-written is ever a cache entry. With a warm
+cache neither pip nor the network is touched; SGLANG_BLACKWELL_OFFLINE=1 turns a cold cache into an error instead
+of a download.
 
 What entered the cache is recorded: <cache>/verified/<file>.json holds the size and sha256 the file was verified
 against, and when. A cached file is re-verified on every use, and a cache entry is never deleted because a pin
@@ -45,6 +47,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -166,22 +169,73 @@ def _cached(art: Artifact, cache: Path, dest: Path, progress: Progress | None) -
     return None
 
 
-def sweep_partials(cache: Path, max_age_s: float = 86400.0) -> None:
-    """Remove the download directories of fetches that died (killed, power cut): those whose pid is gone, and
-    nameless old ones."""
-    partial = cache / ".partial"
+# What a download of ours makes in <root>/.partial/ (fetch below, artifacts/deps.py): one directory per download,
+# tempfile.mkdtemp(prefix=f"<name>.<pid>.") (so <name>.<pid>.<random>), holding nothing but these
+_WORK_NAME = re.compile(r"^[^/]+\.(\d+)\.[a-z0-9_]+$")
+_WORK_ENTRIES = {"got": stat.S_ISDIR, "request.txt": stat.S_ISREG, "locked.txt": stat.S_ISREG}
+_SWEEP_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _own_dir(st: os.stat_result) -> bool:
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def _dead_download(parent_fd: int, name: str) -> bool:
+    """Is `name` (in the directory open as parent_fd) a download directory of ours whose process is gone?"""
+    m = _WORK_NAME.match(name)
+    if not m or not _own_dir(os.stat(name, dir_fd=parent_fd, follow_symlinks=False)):
+        return False
+    fd = os.open(name, _SWEEP_FLAGS, dir_fd=parent_fd)
     try:
-        entries = list(partial.iterdir())
+        for entry in os.listdir(fd):
+            kind = _WORK_ENTRIES.get(entry)
+            if kind is None or not kind(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                return False
+    finally:
+        os.close(fd)
+    return not procs.alive(int(m[1]))
+
+
+def sweep_partials(cache: Path) -> None:
+    """Remove what downloads of ours that died (killed, power cut) left in <cache>/.partial/: only directories a
+    download made (named <name>.<pid>.<random>, holding nothing but got/, request.txt, locked.txt) whose pid is
+    gone. Nothing else there is ours to judge: no file, no symbolic link, no directory of another shape or owner,
+    however old or however named; and nothing at all when .partial is not a directory of this user (a symbolic
+    link to another disk: its files are someone's, not ours)."""
+    try:
+        fd = os.open(cache / ".partial", _SWEEP_FLAGS)
     except OSError:
-        return
-    for d in entries:
-        m = re.search(r"\.(\d+)\.[^.]+$", d.name)
-        try:
-            stale = not procs.alive(int(m[1])) if m else time.time() - d.lstat().st_mtime > max_age_s
-        except OSError:
-            continue
-        if stale:
-            shutil.rmtree(d, ignore_errors=True) if d.is_dir() and not d.is_symlink() else d.unlink(missing_ok=True)
+        return  # absent, a symbolic link, not a directory
+    try:
+        if not _own_dir(os.fstat(fd)):
+            return
+        for name in os.listdir(fd):
+            try:
+                if not _dead_download(fd, name):
+                    continue
+                if sys.version_info >= (3, 11):
+                    shutil.rmtree(name, dir_fd=fd)  # relative to the .partial just checked, never a path again
+                else:
+                    shutil.rmtree(cache / ".partial" / name)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def _work_dir(partial: Path, prefix: str) -> Path:
+    """A private download directory in `partial` (made if missing), which must be a directory of this user: a
+    symbolic link (to a bigger disk, say) is refused, since what sweep_partials would find there is not ours."""
+    if not partial.is_symlink():
+        partial.mkdir(parents=True, exist_ok=True)
+    st = os.stat(partial, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode) or not _own_dir(st):
+        what = (f"a symbolic link to {os.readlink(partial)}" if stat.S_ISLNK(st.st_mode)
+                else "not a directory of this user")
+        raise UserError(f"{partial}: is {what}; unfinished downloads go there and are removed once their process "
+                        "is gone, so it must be a directory of its own: remove it (SGLANG_BLACKWELL_CACHE moves "
+                        "the whole cache to another disk); nothing was downloaded")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=partial))
 
 
 def pip_base_command() -> list[str]:
@@ -242,11 +296,9 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
     if not requests:
         raise UserError(f"{art.filename}: no download URL pinned and not a wheel pip can look up by name")
     pip = pip_base_command()
-    partial = cache / ".partial"
     try:
-        partial.mkdir(parents=True, exist_ok=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f"{art.filename}.{os.getpid()}.", dir=partial))
+        work = _work_dir(cache / ".partial", f"{art.filename}.{os.getpid()}.")
     except OSError as e:
         raise UserError(f"{cache}: cannot write to the download cache ({os_reason(e)}); nothing was downloaded "
                         "(SGLANG_BLACKWELL_CACHE chooses another)") from None

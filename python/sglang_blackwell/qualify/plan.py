@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -58,6 +59,7 @@ class Plan:
     progress: Progress = field(default=lambda msg: None)
     versions: dict[str, Any] | None = None  # the stack's versions once a step has recorded them (doctor)
     warnings: list[str] = field(default_factory=list)  # said at the start, kept in the receipt
+    pack_found: tuple[int, ...] | None = None  # the --pack file as it was when the run began (None: absent)
 
 
 def parse_skip(text: str) -> dict[str, str]:
@@ -158,6 +160,15 @@ def plan_eagle3(a: argparse.Namespace, checkout: Path | None, gpus: int) -> Eagl
     return Eagle3Plan(config_path=path, raw=raw, derived=derived, tp=tp, name=cfg.name, why=why)
 
 
+def file_identity(path: Path) -> tuple[int, ...] | None:
+    """What tells that `path` is still the very file seen before (device, inode, size, mtime); None: absent."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def default_out(now: dt.datetime | None = None) -> Path:
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     root = repo_root()
@@ -190,6 +201,13 @@ def make_plan(a: argparse.Namespace, *, topology: Any = None) -> Plan:
             raise UserError(f"--pack {a.pack}: directory {pack.parent} does not exist")
         if pack.resolve().is_relative_to(out.resolve()):
             raise UserError(f"--pack {a.pack}: must not be inside --out {out}")
+        if pack.is_symlink():
+            raise UserError(f"--pack {a.pack}: is a symbolic link (to {os.readlink(pack)}); name a file, not a link "
+                            "(the pack replaces what is there)")
+        if pack.exists() and not pack.is_file():
+            raise UserError(f"--pack {a.pack}: exists and is not a file")
+        if not os.access(pack.parent, os.W_OK | os.X_OK):
+            raise UserError(f"--pack {a.pack}: cannot write in {pack.parent}")
     lab_pair = None
     if a.lab_pair:
         lab_pair = Path(a.lab_pair).expanduser().resolve()
@@ -226,4 +244,5 @@ def make_plan(a: argparse.Namespace, *, topology: Any = None) -> Plan:
                                           "eagle3_args", "pack")}
     return Plan(out=out, pack=pack, skip=skip, fail_fast=a.fail_fast, tp=a.tp, gpus=gpus, topology=topo,
                 checkout=checkout, eagle3=eagle3, lab_pair=lab_pair, gpu_tests=gpu_tests, repeats=a.repeats,
-                extra=extra, python=sys.executable, echo=not a.quiet, options=options, warnings=warnings)
+                extra=extra, python=sys.executable, echo=not a.quiet, options=options, warnings=warnings,
+                pack_found=file_identity(pack) if pack else None)

@@ -3,15 +3,21 @@ files."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
+from ..paths import os_reason
 from .attachments import Attachment
 from .attachments import summary as attachment_summary
-from .plan import STEPS, Plan
+from .plan import STEPS, Plan, file_identity
 from .steps import StepResult, _read_json, allreduce_tp
 
 KIND = "qualify"
@@ -86,16 +92,70 @@ def _pack_filter(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return ti
 
 
-def pack(out: Path, dest: Path) -> Path:
-    """out/ as dest (tar.gz, top folder = out's name), written to a temporary name and renamed."""
-    tmp = dest.with_name("." + dest.name + ".tmp")
+def pack(out: Path, dest: Path, found: tuple[int, ...] | None = None) -> Path:
+    """out/ as dest (tar.gz, top folder = out's name). Written under a private temporary name of its own in dest's
+    folder (never through a file or link someone put there), read back whole, then renamed over dest only if dest
+    is still what this run found there when it began (`found`: plan.file_identity, None for absent): a second
+    qualify that packed to the same file meanwhile keeps its pack, and this one raises a UserError saying so."""
     try:
-        with tarfile.open(tmp, "w:gz") as tf:
-            tf.add(out, arcname=out.name, filter=_pack_filter)
-        os.replace(tmp, dest)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as e:
+        raise UserError(f"--pack {dest}: cannot write in {dest.parent} ({os_reason(e)}); the results are in "
+                        f"{out}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with tarfile.open(fileobj=f, mode="w:gz") as tf:
+                tf.add(out, arcname=out.name, filter=_pack_filter)
+            f.flush()
+            os.fsync(f.fileno())
+        _read_back(Path(tmp), out.name)
+        os.chmod(tmp, 0o666 & ~_umask())
+        with _locked(dest.parent):
+            now = file_identity(dest)
+            if now != found:
+                raise UserError(f"--pack {dest}: changed while this run ran (another qualify packed to it); it was "
+                                f"left as it is and this run's pack was not written (its results are in {out}: run "
+                                f"again with another --pack, or tar -czf OTHER.tar.gz -C {out.parent} {out.name})")
+            os.replace(tmp, dest)
+    except (OSError, tarfile.TarError, EOFError) as e:
+        reason = os_reason(e) if isinstance(e, OSError) else str(e)
+        raise UserError(f"--pack {dest}: cannot write it ({reason}); nothing was written there, the results are in "
+                        f"{out}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
     return dest
+
+
+def _read_back(path: Path, top: str) -> None:
+    """Every member of the written tarball read to its end (gzip's CRC checked), all under `top`/."""
+    with tarfile.open(path, "r:gz") as tf:
+        for ti in tf:
+            if ti.name != top and not ti.name.startswith(top + "/"):
+                raise tarfile.TarError(f"member {ti.name} is outside {top}/")
+            if ti.isfile():
+                src = tf.extractfile(ti)
+                while src is not None and src.read(1 << 20):
+                    pass
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive flock on `folder` while the pack is compared and renamed (two qualify runs packing into one
+    folder do that one at a time); where the file system has no locks, the comparison alone."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _step_versions(plan: Plan, results: list[StepResult]) -> dict[str, Any] | None:

@@ -23,19 +23,26 @@ Output directory (default benchmark/results/qualify-<UTC time>/ in a checkout, e
                         nvidia-smi-topo.txt (`nvidia-smi topo -m`); NCCL's topology dump (NCCL_TOPO_DUMP_FILE)
                         of the allreduce step is allreduce/nccl-topo.xml. qualify.json lists each under
                         `attachments`, or says why it could not be had (no sglang, no nvidia-smi, no GPU)
---pack FILE.tar.gz bundles the directory (rank > 0 profiler traces left out).
+--pack FILE.tar.gz bundles the directory (rank > 0 profiler traces left out): written under a temporary name of its
+own, read back whole, and renamed over FILE only if FILE is still what was there when the run began (a second run
+that packed to the same file meanwhile keeps its pack; this one says so, exit 2). Two runs never share an --out.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
+from ..errors import UserError
+from ..paths import os_reason
 from .attachments import before_steps, nccl_topo_dump
-from .plan import DEFAULT_TEMPLATE, STEPS, make_plan
+from .plan import DEFAULT_TEMPLATE, STEPS, Plan, make_plan
 from .receipt import RECEIPT_NAME, _step_versions, build_receipt, format_attachments, format_table, pack
 from .steps import GPU_TEST_TARGETS, StepResult, run_steps
 
@@ -70,9 +77,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from ..procs import signals_as_interrupt
-    from ..receipts import collect_versions, write_receipt
-
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -80,7 +84,39 @@ def run(a: argparse.Namespace) -> int:
 
     plan = make_plan(a)  # every input checked: nothing written before this returns
     plan.progress = progress
-    plan.out.mkdir(parents=True, exist_ok=True)
+    claim = claim_out(plan.out)
+    try:
+        return _run(plan, progress)
+    finally:
+        os.close(claim)
+
+
+def claim_out(out: Path) -> int:
+    """The output folder, made if missing and locked for this run (an flock on it, held until the run ends): a
+    second qualify given the same --out (or the same default, in the same second) is refused before it writes
+    anything there, and so is one that finds it no longer empty. Returns the open folder (close it to release)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot make it ({os_reason(e)})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"--out {out}: another qualify is writing there; give this one its own --out") from None
+    except OSError:
+        pass  # a file system without locks: the emptiness check alone
+    if any(out.iterdir()):
+        os.close(fd)
+        raise UserError(f"--out {out}: another run wrote there since this one started; give this one its own --out")
+    return fd
+
+
+def _run(plan: Plan, progress: Callable[[str], None]) -> int:
+    from ..procs import signals_as_interrupt
+    from ..receipts import collect_versions, write_receipt
+
     topo = plan.topology
     progress(f"{topo.summary()}; steps: "
              + ", ".join(s + (" (--skip)" if s in plan.skip else "") for s in STEPS) + f"; out {plan.out}")
@@ -100,15 +136,22 @@ def run(a: argparse.Namespace) -> int:
         receipt = build_receipt(plan, results, interrupted=interrupted, versions=versions,
                                 attachments=attachments)
         path = write_receipt(receipt, plan.out / RECEIPT_NAME)
-        packed = None
+        packed = pack_error = None
         if plan.pack:
-            packed = pack(plan.out, plan.pack)
+            try:
+                packed = pack(plan.out, plan.pack, plan.pack_found)
+            except UserError as e:
+                pack_error = str(e)
     print(f"qualify: {receipt['summary']['machine']}: {receipt['summary']['status'].upper()}")
     print(format_table(results))
     print(format_attachments(attachments))
     print(f"receipt: {path}")
     if packed:
         print(f"pack: {packed} ({packed.stat().st_size / 2**20:.2f} MiB): send this file back")
+    if pack_error:
+        print(f"sglang-blackwell qualify: error: {pack_error}", file=sys.stderr)
     if interrupted:
         return 130
+    if pack_error:
+        return 2
     return 1 if receipt["summary"]["failed"] else 0

@@ -122,6 +122,30 @@ def test_corrupt_cache_entry_is_replaced(tiny_base, server, tmp_path):
     assert any("corrupt" in m for m in messages)
 
 
+def test_partial_as_a_link_is_refused_for_downloads_and_never_swept(tiny_base, tmp_path):
+    """<cache>/.partial linked to another disk: what is there is not ours; no download goes there, nothing is
+    deleted there (old files, names that read as dead pids); a download directory of ours that died is swept
+    only from a .partial that is a directory of its own."""
+    from sglang_blackwell.patchset.fetch import sweep_partials
+
+    disk = tmp_path / "disk"
+    (disk / "dl.99999999.abc").mkdir(parents=True)
+    (disk / "dl.99999999.abc" / "request.txt").write_text("x")
+    (disk / "x.99999999.ext").write_text("mine")
+    os.utime(disk / "x.99999999.ext", (0, 0))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / ".partial").symlink_to(disk)
+    with pytest.raises(UserError, match=r"\.partial: is a symbolic link to .*nothing was downloaded"):
+        fetch(_art(tiny_base))
+    assert sorted(p.name for p in disk.iterdir()) == ["dl.99999999.abc", "x.99999999.ext"]
+    (cache / ".partial").unlink()
+    (disk / "x.99999999.ext").unlink()
+    disk.rename(cache / ".partial")
+    sweep_partials(cache)
+    assert list((cache / ".partial").iterdir()) == []
+
+
 def test_offline_with_cold_cache_names_the_file(tiny_base, monkeypatch):
     monkeypatch.setenv("SGLANG_BLACKWELL_OFFLINE", "1")
     with pytest.raises(UserError, match="sglang-0.0.1-py3-none-any.whl: not in the cache"):

@@ -439,3 +439,37 @@ def test_pack_leaves_out_other_ranks_traces_and_is_atomic(tmp_path: Path) -> Non
     assert "q/qualify.json" in names and "q/gpu-tests/labline/traces/x-TP-0.trace.json.gz" in names
     assert not [n for n in names if "TP-1" in n or n.endswith(".tmp")]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q", "q.tar.gz"]
+
+
+def test_pack_is_not_written_over_a_pack_another_run_wrote_meanwhile(tmp_path: Path) -> None:
+    from sglang_blackwell.errors import UserError
+
+    out = tmp_path / "q"
+    out.mkdir()
+    (out / "qualify.json").write_text("{}")
+    dest = tmp_path / "q.tar.gz"
+    found = qplan.file_identity(dest)  # absent when this run began
+    dest.write_bytes(b"the other run's pack")
+    with pytest.raises(UserError, match=r"q.tar.gz: changed while this run ran \(another qualify packed to it\)"):
+        qreceipt.pack(out, dest, found)
+    assert dest.read_bytes() == b"the other run's pack"
+    assert qreceipt.pack(out, dest, qplan.file_identity(dest)) == dest  # as found: replaced
+    with tarfile.open(dest) as tf:
+        assert tf.getnames() == ["q", "q/qualify.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q", "q.tar.gz"]
+
+
+def test_a_second_run_in_the_same_out_is_refused(tmp_path: Path) -> None:
+    from sglang_blackwell.errors import UserError
+    from sglang_blackwell.qualify.run import claim_out
+
+    out = tmp_path / "q"
+    fd = claim_out(out)
+    try:
+        with pytest.raises(UserError, match="another qualify is writing there"):
+            claim_out(out)
+    finally:
+        os.close(fd)
+    (out / "doctor").mkdir()
+    with pytest.raises(UserError, match="another run wrote there since this one started"):
+        claim_out(out)

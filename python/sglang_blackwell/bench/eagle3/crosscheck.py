@@ -15,6 +15,8 @@ its prompts with its default --seed 42: random ids decoded to text that the serv
 sends text; --tokenize-prompt is for its native backend only), so their length is about, not exactly, the context.
 It appends one JSON object per run to --output-file (keys below). A failure (a missing module, a timeout, no result
 line) is recorded with its exit code, a one-line reason and the output's last lines: it never fails the arm run.
+It runs no longer than its [crosscheck] timeout_s nor past the run's --deadline-s (whichever comes first; past it,
+its whole process group is killed), and does not start once the deadline has come.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import procs
+from . import transport
 from .config import BenchConfig, CrosscheckSpec
 
 # what the result line of bench_serving.py (0.5.14, `benchmark()`) holds that the receipt keeps
@@ -82,27 +86,48 @@ def _env(url: str) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int | None, float, bool]:
-    """Run in its own session; (exit code or None, wall seconds, timed out)."""
+def _bound(timeout_s: float) -> tuple[float, str]:
+    """How long the command may run: its own [crosscheck] timeout_s, or what is left of the run's --deadline-s
+    when that comes first; and the words for running past it."""
+    at, _ = transport._run_at()
+    left = at - time.monotonic()
+    if left < timeout_s:
+        return max(left, 0.0), f"--deadline-s {transport._RUN['seconds'] or 0:g} reached: the run's time was up"
+    return timeout_s, f"timed out after {timeout_s:g} s ([crosscheck] timeout_s)"
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int | None, float, str | None]:
+    """Run in its own session, bounded by _bound(timeout_s); (exit code or None, wall seconds, why it was killed
+    or None). Past the bound its whole process group is killed (SIGKILL, then whatever left the group); so it is
+    on any exception here (Ctrl-C): nothing of it outlives this call."""
     t0 = time.monotonic()
+    limit, why = _bound(timeout_s)
+    if limit <= 0:
+        return None, 0.0, why + " before it started: not run"
     with open(log, "wb") as out:
         try:
             proc = procs.start(cmd, env=env, stdout=out)
         except OSError as e:
             out.write(f"{cmd[0]}: {e.strerror or e}\n".encode())
-            return None, 0.0, False
+            return None, 0.0, None
+        killed = None
         try:
-            proc.wait(timeout=timeout_s)
-            timed_out = False
+            proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            timed_out = True
-        procs.stop(proc, 5.0)  # whatever it left in its session goes too
-    return proc.returncode, round(time.monotonic() - t0, 2), timed_out
+            killed = f"{why}, after {time.monotonic() - t0:.1f} s: its process group was killed"
+        finally:
+            if killed or proc.returncode is None:  # past its time (or Ctrl-C): the whole group, at once
+                procs.stop(proc, 1.0, first=signal.SIGKILL)
+            else:  # it exited: whatever it left in its session goes too
+                procs.stop(proc, 5.0)
+    return proc.returncode, round(time.monotonic() - t0, 2), killed
 
 
 def run_cell(cfg: BenchConfig, url: str, tokenizer: str, context: int, concurrency: int,
              ours_tok_s: float | None) -> dict[str, Any]:
-    """One cell: bench_serving's figures next to ours (ours_over_theirs = our warm tok/s / its output_throughput)."""
+    """One cell: bench_serving's figures next to ours (ours_over_theirs = our warm tok/s / its output_throughput).
+    Bounded by [crosscheck] timeout_s and by what is left of the run's --deadline-s: past either it is a failed
+    cross-check with its reason, never a failed arm."""
     x = cfg.crosscheck
     assert x is not None
     rec: dict[str, Any] = {"context": context, "concurrency": concurrency, "num_prompts": x.num_prompts,
@@ -111,13 +136,12 @@ def run_cell(cfg: BenchConfig, url: str, tokenizer: str, context: int, concurren
         out_file, log = Path(d) / "result.jsonl", Path(d) / "output.log"
         cmd = command(x, url, tokenizer, context, concurrency, cfg.workload.output_len, out_file)
         rec["command"] = cmd
-        rc, wall, timed_out = _run(cmd, _env(url), log, x.timeout_s)
+        rc, wall, killed = _run(cmd, _env(url), log, x.timeout_s)
         output = log.read_bytes().decode(errors="replace")
         result = parse_result(out_file.read_text(errors="replace")) if out_file.is_file() else None
     rec.update(rc=rc, wall_s=wall)
-    if result is None or timed_out:
-        rec["error"] = (f"timed out after {x.timeout_s:.0f} s" if timed_out
-                        else failure_reason(rc, output, x.python))
+    if result is None or killed:
+        rec["error"] = killed or failure_reason(rc, output, x.python)
         rec["output_tail"] = [ln[:300] for ln in output.splitlines()[-TAIL_LINES:]]
         return rec
     rec["theirs"] = result

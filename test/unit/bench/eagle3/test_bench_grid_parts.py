@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_fakes import write_grid_config
+from bench_fakes import alive, write_grid_config
 
 from sglang_blackwell.bench.eagle3 import crosscheck, grid_verdict, trace, triton_cache
 from sglang_blackwell.bench.eagle3.config import load_config
@@ -127,6 +127,28 @@ def test_crosscheck_command_flags_are_bench_servings(tmp_path: Path) -> None:
     assert '"random-ids"' in text and '"sglang-oai": async_request_openai_completions' in text
     for key in crosscheck.RESULT_KEYS:  # every key we keep is one its result line writes
         assert f'"{key}":' in text, key
+
+
+def test_crosscheck_is_bounded_by_what_is_left_of_the_run_deadline(tmp_path: Path) -> None:
+    """Past the run's --deadline-s (before its own timeout_s) its whole process group is killed, with a one-line
+    reason; once the deadline has come it does not start."""
+    from sglang_blackwell.bench.eagle3 import transport
+
+    pids = tmp_path / "pids"
+    cmd = ["sh", "-c", f"sleep 60 & echo $$ $! > {pids}; wait"]
+    try:
+        transport.set_run_deadline(1.0)
+        rc, wall, killed = crosscheck._run(cmd, dict(os.environ), tmp_path / "log", timeout_s=60)
+        assert killed and killed.startswith("--deadline-s 1 reached: the run's time was up, after ") and wall < 10
+        assert killed.endswith("its process group was killed") and "\n" not in killed
+        assert not any(alive(int(p)) for p in pids.read_text().split())
+        rc, wall, killed = crosscheck._run(cmd, dict(os.environ), tmp_path / "log", timeout_s=60)
+        assert rc is None and wall == 0 and killed.endswith("before it started: not run")
+        transport.set_run_deadline(None)  # its own timeout_s alone
+        rc, wall, killed = crosscheck._run(cmd, dict(os.environ), tmp_path / "log", timeout_s=1)
+        assert killed.startswith("timed out after 1 s ([crosscheck] timeout_s), after ")
+    finally:
+        transport.set_run_deadline(None)
 
 
 # ---- kernel classes -------------------------------------------------------------------------------------------
