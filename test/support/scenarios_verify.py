@@ -39,9 +39,9 @@ U_FP32 = 2.0**-24
 
 CASES = [  # the kimi61 pair's and Kimi-K2.x TP8's shapes: 8 heads/rank; DeepSeek-V3 TP8: 16
     {"arch": "sm90", "bs": 2, "h": 8, "draft": 3, "prefix": [37, 300], "kv": "bf16"},
-    {"arch": "sm120", "bs": 1, "h": 8, "draft": 3, "prefix": [1100], "kv": "bf16"},
+    {"arch": "sm120", "bs": 1, "h": 8, "draft": 3, "prefix": [700], "kv": "bf16"},  # 6 splits, the last short
     {"arch": "sm90", "bs": 3, "h": 16, "draft": 4, "prefix": [1, 129, 520], "kv": "bf16"},
-    {"arch": "sm120", "bs": 4, "h": 8, "draft": 3, "prefix": [5, 64, 200, 700], "kv": "bf16"},
+    {"arch": "sm120", "bs": 4, "h": 8, "draft": 3, "prefix": [5, 64, 200, 300], "kv": "bf16"},
     {"arch": "sm90", "bs": 2, "h": 8, "draft": 3, "prefix": [37, 300], "kv": "fp8", "k_scale": 0.5,
      "v_scale": 2.0},
 ]

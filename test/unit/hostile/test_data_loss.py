@@ -230,7 +230,7 @@ def test_pack(c: Case, tmp_path: Path) -> None:
 
 
 # ---- crosscheck: bench eagle3 --deadline-s bounds sglang.bench_serving ----------------------------------------
-DEADLINE_S = 20
+DEADLINE_S = 12
 HANG = """#!/bin/sh
 echo $$ > {tmp}/xc.pid
 sleep 600 &
