@@ -21,7 +21,17 @@ from typing import Any
 from .config import VerdictSpec
 from .crosscheck import line as crosscheck_line
 from .stats import median
-from .verdict import LEVEL_METRICS, accept_check, aggregate, compare, diagnose, fusion_comparison, spread
+from .verdict import (
+    LEVEL_METRICS,
+    accept_check,
+    aggregate,
+    compare,
+    diagnose,
+    fusion_comparison,
+    is_number,
+    metrics_problem,
+    spread,
+)
 
 RULE = ("per cell (context, concurrency): worst speculative repeat >= min_ratio x best baseline repeat (warm "
         "output tok/s)")
@@ -279,10 +289,6 @@ def grid_summary(verdict: dict[str, Any], v: VerdictSpec, contexts: tuple[int, .
 
 # ---- what --from-runs checks of a recorded grid run (the shape grid.measure_grid writes and this module reads)
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _compiles_problem(where: str, t: Any) -> str | None:
     if t is None:
         return None
@@ -295,17 +301,13 @@ def _compiles_problem(where: str, t: Any) -> str | None:
 
 
 def _cell_problem(where: str, cell: Any) -> str | None:
-    if not isinstance(cell, dict):
-        return f"{where} is not an object"
-    bad = [m for m in LEVEL_METRICS if cell.get(m) is not None and not _number(cell[m])]
-    if bad:
-        return f"{where}.{bad[0]} = {cell[bad[0]]!r:.60} is not a number"
+    if (problem := metrics_problem(where, cell)) is not None:
+        return problem
     first = cell.get("first")
     if not isinstance(first, dict):
         return f"{where}.first (the first burst) is not an object"
-    bad = [m for m in FIRST_METRICS if first.get(m) is not None and not _number(first[m])]
-    if bad:
-        return f"{where}.first.{bad[0]} = {first[bad[0]]!r:.60} is not a number"
+    if (problem := metrics_problem(f"{where}.first", first, FIRST_METRICS)) is not None:
+        return problem
     return _compiles_problem(where, cell.get("triton_compiles")) or _compiles_problem(
         f"{where}.first", first.get("triton_compiles"))
 
@@ -322,11 +324,11 @@ def _profiles_problem(profiles: Any) -> str | None:
             if stage == "error":
                 continue
             if not (isinstance(k, dict) and isinstance(k.get("classes"), dict)
-                    and all(_number(x) for x in k["classes"].values())
-                    and all(_number(k.get(f)) for f in ("kernel_ms", "gpu_window_ms", "steps"))):
+                    and all(is_number(x) for x in k["classes"].values())
+                    and all(is_number(k.get(f)) for f in ("kernel_ms", "gpu_window_ms", "steps"))):
                 return f"profiles.{ctx}.kernel_classes.{stage} lacks numeric classes, kernel_ms, gpu_window_ms, steps"
         stages = p.get("stages") or {}
-        if not isinstance(stages, dict) or not all(isinstance(st, dict) and _number(st.get("median_ms"))
+        if not isinstance(stages, dict) or not all(isinstance(st, dict) and is_number(st.get("median_ms"))
                                                    for st in stages.values()):
             return f"profiles.{ctx}.stages lacks numeric median_ms"
     return None

@@ -65,7 +65,7 @@ from .server import (
     openai_health,
     port_of,
 )
-from .verdict import LEVEL_METRICS, aggregate, evaluate, summary
+from .verdict import aggregate, evaluate, is_number, metrics_problem, summary
 from .window import fmt as _fmt
 
 KIND = "bench-eagle3"
@@ -447,10 +447,6 @@ def read_runs(cfg: BenchConfig, paths: list[Path], warn: Progress | None = None)
     return runs
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def run_problem(run: Any, cfg: BenchConfig) -> str | None:
     """What is wrong with a recorded arm run (the shape run_arm writes and the receipt reads); None: nothing."""
     if not isinstance(run, dict):
@@ -464,11 +460,8 @@ def run_problem(run: Any, cfg: BenchConfig) -> str | None:
         if not isinstance(run.get(key), kinds):
             return f"{key} {run.get(key)!r:.60} has the wrong type"
     for c, lv in run["levels"].items():
-        if not isinstance(lv, dict):
-            return f"levels.{c} is not an object"
-        bad = [m for m in LEVEL_METRICS if lv.get(m) is not None and not _number(lv[m])]
-        if bad:
-            return f"levels.{c}.{bad[0]} = {lv[bad[0]]!r:.60} is not a number"
+        if (problem := metrics_problem(f"levels.{c}", lv)) is not None:
+            return problem
     host = run.get("host")
     if host is not None and not (isinstance(host.get("machine"), dict) and isinstance(host.get("versions"), dict)):
         return "host lacks machine and versions objects"
@@ -476,8 +469,8 @@ def run_problem(run: Any, cfg: BenchConfig) -> str | None:
     if not isinstance(stages, dict):
         return "profile.stages is not an object"
     for name, st in stages.items():
-        if not (isinstance(st, dict) and _number(st.get("median_ms"))
-                and all(_number(st[k]) for k in ("allreduce_ms", "add_rmsnorm_ms") if k in st)):
+        if not (isinstance(st, dict) and is_number(st.get("median_ms"))
+                and all(is_number(st[k]) for k in ("allreduce_ms", "add_rmsnorm_ms") if k in st)):
             return f"profile.stages.{name} lacks numeric median_ms (and allreduce_ms, add_rmsnorm_ms)"
     if cfg.grid and (problem := grid_verdict.grid_run_problem(run)):
         return problem
@@ -491,17 +484,17 @@ def _verify_ranks_problem(v: Any) -> str | None:
     if not isinstance(v, dict):
         return "profile.verify_ranks is not an object"
     for k in ("verify_ms", "fused_per_verify", "nccl_ar_per_verify", "add_rmsnorm_per_verify"):
-        if v.get(k) is not None and not _number(v[k]):
+        if v.get(k) is not None and not is_number(v[k]):
             return f"profile.verify_ranks.{k} = {v[k]!r:.60} is not a number"
     for k in ("fused_call_us", "nccl_call_us", "add_rmsnorm_us", "rank0_fused_call_us", "rank0_nccl_call_us"):
-        if v.get(k) is not None and not (isinstance(v[k], dict) and _number(v[k].get("p50"))):
+        if v.get(k) is not None and not (isinstance(v[k], dict) and is_number(v[k].get("p50"))):
             return f"profile.verify_ranks.{k} lacks a numeric p50"
     for k in ("window_ms", "wait_ms", "busy_ms", "idle_ms", "idle_at_calls_ms", "wait_share"):
         if v.get(k) is not None and not (isinstance(v[k], list)
-                                         and all(x is None or _number(x) for x in v[k])):
+                                         and all(x is None or is_number(x) for x in v[k])):
             return f"profile.verify_ranks.{k} is not a list of numbers (one per rank)"
     rows = v.get("per_step")
-    if rows is not None and not (isinstance(rows, list) and all(isinstance(r, list) and r and _number(r[0])
+    if rows is not None and not (isinstance(rows, list) and all(isinstance(r, list) and r and is_number(r[0])
                                                                  for r in rows)):
         return "profile.verify_ranks.per_step rows must start with a step's cost (us)"
     return None

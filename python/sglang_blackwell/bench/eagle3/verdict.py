@@ -24,6 +24,19 @@ LEVEL_METRICS = ("tok_s", "accept_len", "accept_len_server", "step_ms", "step_ms
 RULE = "worst speculative repeat >= min_ratio x best baseline repeat (output tok/s), per concurrency"
 
 
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def metrics_problem(where: str, d: Any, keys: tuple[str, ...] = LEVEL_METRICS) -> str | None:
+    """What is wrong with a recorded window's metrics (a level, a grid cell, a first burst) for the receipt that
+    reads them: not an object, or a metric there that is not a number; None: nothing."""
+    if not isinstance(d, dict):
+        return f"{where} is not an object"
+    bad = [m for m in keys if d.get(m) is not None and not is_number(d[m])]
+    return f"{where}.{bad[0]} = {d[bad[0]]!r:.60} is not a number" if bad else None
+
+
 def spread(values: list[float]) -> dict[str, Any] | None:
     if not values:
         return None
