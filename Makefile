@@ -1,7 +1,9 @@
 # `make`             build the patched wheels for the default base (or BASE=...) and print the patch report
 # `make test`        ruff + the CPU test suite (what CI runs)
 # `make image-test`  build docker/Dockerfile with buildah on a Debian stand-in base and test the image (root,
-#                    Debian's buildah + debootstrap; a few minutes; not part of `make test`; .ci/run runs it)
+#                    Debian's buildah + debootstrap; a few minutes; not part of `make test`; .ci/run runs it).
+#                    Where it cannot run it says `image-test: NOT RUN: ...` and fails (exit 2); it is skipped, and
+#                    says so, only when asked: `make image-test SGLANG_BLACKWELL_IMAGE_TEST=0`
 PY     ?= python3
 VENV   ?= .venv
 BASE   ?=
@@ -16,7 +18,7 @@ BASE_ARG = $(if $(BASE),--base $(BASE),)
 TORCH_CPU_WHEELS ?= /opt/wheels
 TORCH_CPU_SOURCE ?= $(if $(wildcard $(TORCH_CPU_WHEELS)/torch-*+cpu-*.whl),--find-links $(TORCH_CPU_WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: all build test image-test lint check clean
+.PHONY: all build test image-test image-test-run lint check clean
 all: build
 
 # The venv's pip must be whole before it is used: a Ctrl-C during `pip install --upgrade pip` leaves it half old,
@@ -71,7 +73,18 @@ lint: $(VENV)/.test-deps
 test: lint
 	$(BIN)/pytest -m "not gpu and not image" $(PYTEST_ARGS)
 
-image-test: $(VENV)/.test-deps
+# The gate comes first, before the test venv or anything else is built: a missing buildah, debootstrap or root is
+# one NOT RUN line and exit 2 (test/support/image_preflight.py), never "11 skipped" and exit 0. The build and the
+# tests are a second make, so that nothing of theirs starts before the gate has passed (make -j included).
+image-test:
+ifeq ($(SGLANG_BLACKWELL_IMAGE_TEST),0)
+	@echo "image-test: SKIPPED (asked: SGLANG_BLACKWELL_IMAGE_TEST=0)"
+else
+	@$(PY) test/support/image_preflight.py
+	@$(MAKE) --no-print-directory image-test-run
+endif
+
+image-test-run: $(VENV)/.test-deps
 	$(BIN)/pytest -m image test/image $(PYTEST_ARGS)
 
 clean:

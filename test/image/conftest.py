@@ -1,6 +1,8 @@
 """The serving image, built for real once per session by docker/standin-image.sh (buildah on a Debian stand-in
-base). `make image-test` runs these tests (marker `image`); `make test` deselects them. Under
-SGLANG_BLACKWELL_REQUIRE_TOOLS=1 (.ci/run) a skip for a missing buildah, debootstrap or root fails the run."""
+base). `make image-test` runs these tests (marker `image`); `make test` deselects them. `make image-test` itself
+refuses, NOT RUN and exit 2, where buildah, debootstrap or root is missing (test/support/image_preflight.py); run
+otherwise (`pytest test/image`, a whole `pytest`), these tests skip for the same reasons, and under
+SGLANG_BLACKWELL_REQUIRE_TOOLS=1 (.ci/run) such a skip fails the run."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ if str(TEST_ROOT) not in sys.path:
     sys.path.insert(0, str(TEST_ROOT))
 
 from sglang_blackwell.paths import cache_dir  # noqa: E402
-from support.buildah import Buildah, missing_tools  # noqa: E402
+from support.buildah import Buildah  # noqa: E402
+from support.image_preflight import blockers  # noqa: E402
 from support.require_tools import pytest_runtest_makereport  # noqa: E402,F401
 
 REPO = TEST_ROOT.parent
@@ -44,9 +47,9 @@ _summary: list[str] = []
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> BuiltImage:
-    missing = missing_tools()
-    if missing:
-        pytest.skip("building the image needs " + ", ".join(missing))
+    problems = blockers()
+    if problems:
+        pytest.skip("the image cannot be built here: " + "; ".join(problems))
     storage = tmp_path_factory.mktemp("standin-image")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_BLACKWELL_", "PYTHON"))}
     env.update(STORAGE=str(storage), TAG=TAG, CACHE=str(cache_dir() / "image"), SRC=str(REPO))
