@@ -16,6 +16,7 @@ from ..patchset.bases import Base, series_for
 from ..patchset.check import gate
 from ..patchset.fetch import fetch
 from ..patchset.layouts import get_layout
+from ..patchset.plural import counted
 from ..paths import os_reason, read_json
 from .aot import AotRequest, add_aot_modules
 from .wheel import build_patched_wheel
@@ -121,7 +122,7 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
                     src, tmp, layout=layout, patches=series.patches, local_version=local_version,
                     requires_rewrite=pkg.requires_rewrite, marker=dict(marker, upstream_filename=art.filename,
                                                                        upstream_sha256=art.sha256))
-                say(f"built {dest.name} ({len(series.patches)} patches)")
+                say(f"built {dest.name} ({counted(len(series.patches), 'patch')})")
                 entry = {"upstream": {"filename": art.filename, "sha256": art.sha256}}
                 if aot is not None and pkg.package == "flashinfer":
                     digest, entry["aot"] = add_aot_modules(dest, aot, cache, progress=say)

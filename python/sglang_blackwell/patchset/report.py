@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from .bases import Base, series_for
+from .plural import counted
 
 
 def patch_report(base: Base) -> str:
@@ -12,7 +13,7 @@ def patch_report(base: Base) -> str:
     for pkg in base.patched:
         series = series_for(base, pkg.package)
         lines.append(f"{pkg.distribution} {pkg.version} -> {base.local_version(pkg)}: "
-                     f"{len(series.patches)} patches")
+                     f"{counted(len(series.patches), 'patch')}")
         for p in series.patches:
             lines.append(f"  {p.logical_id:<4} {p.name}")
             lines += textwrap.wrap(p.subject, 100, initial_indent="       ", subsequent_indent="       ")
