@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
+from . import readme_blocks
 from .allreduce import harness as allreduce_harness
 from .eagle3 import harness as eagle3_harness
-from .eagle3 import readme_table
+from .setup import harness as setup_harness
 
 BENCHES: dict[str, tuple[ModuleType, str]] = {
     "eagle3": (eagle3_harness, "EAGLE-3 vs the non-speculative baseline, launched or attached"),
     "allreduce": (allreduce_harness, "in-graph all-reduce latency per backend; --tune writes the dispatch table"),
-    "table": (readme_table, "the README results table from benchmark/results/*.json"),
+    "table": (readme_blocks, "the README's results, grid and set-up blocks from benchmark/results/*.json"),
+    "setup": (setup_harness, "the README's set-up steps (make, make test, make image-test) timed in a fresh clone"),
 }
 
 

@@ -1,0 +1,69 @@
+"""Whether the caches a fresh clone's set-up reads held anything: pip's (where that pip says it is) and ours
+(~/.cache/sglang-blackwell: the pinned upstream wheels, the image's package caches). Measured by walking them,
+before and after the run: "cold" (empty or absent), "warm", or "disabled" (pip's cache turned off)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ...paths import cache_dir
+
+
+def usage(path: Path) -> dict[str, Any]:
+    """Files and bytes under `path` (links not followed; absent: 0)."""
+    files = size = 0
+    for top, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            files += 1
+            size += st.st_size
+    return {"path": str(path), "files": files, "bytes": size, "state": "warm" if files else "cold"}
+
+
+def _ask_pip(python: str, env: dict[str, str]) -> tuple[Path | None, str]:
+    """(the cache folder `python -m pip cache dir` prints, "") or (None, why not)."""
+    try:
+        r = subprocess.run([python, "-m", "pip", "cache", "dir"], capture_output=True, text=True, timeout=60,
+                           env=env, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, str(e)
+    out = r.stdout.strip()
+    if r.returncode == 0 and out:
+        return Path(out.splitlines()[-1]), ""
+    said = (r.stderr.strip() or out).splitlines()
+    return None, said[-1] if said else f"exit {r.returncode}"
+
+
+def pip_cache(python: str, env: dict[str, str]) -> dict[str, Any]:
+    """pip's cache as `python -m pip cache dir` names it (pip.conf, PIP_CACHE_DIR and XDG_CACHE_HOME apply); where
+    pip cannot be asked, the place pip uses by default."""
+    path, why = _ask_pip(python, env)
+    if path is not None:
+        return usage(path)
+    if "disabled" in why:  # PIP_NO_CACHE_DIR: "pip cache commands can not function since cache is disabled."
+        return {"path": None, "files": 0, "bytes": 0, "state": "disabled", "note": why}
+    xdg = env.get("XDG_CACHE_HOME")
+    default = Path(env["PIP_CACHE_DIR"]) if env.get("PIP_CACHE_DIR") else \
+        (Path(xdg) if xdg else Path(env.get("HOME") or Path.home()) / ".cache") / "pip"
+    return {**usage(default), "note": f"`{python} -m pip cache dir` failed ({why}): pip's default place"}
+
+
+def cache_state(python: str, env: dict[str, str], *, again: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{"pip": ..., "sglang-blackwell": ..., "state": "cold" | "warm" | "mixed"} (a disabled cache counts as cold:
+    nothing comes from it). again: a state measured before, whose folders are measured once more."""
+    if again is None:
+        pip = pip_cache(python, env)
+    elif again["pip"]["path"] is None:
+        pip = dict(again["pip"])
+    else:
+        pip = {**again["pip"], **usage(Path(again["pip"]["path"]))}
+    caches = {"pip": pip, "sglang-blackwell": usage(cache_dir())}
+    states = {c["state"] for c in caches.values()}
+    state = "warm" if states == {"warm"} else "mixed" if "warm" in states else "cold"
+    return {**caches, "state": state}
