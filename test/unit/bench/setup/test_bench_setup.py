@@ -38,7 +38,8 @@ all:
 \t@if [ -n "$$HANG_MAKE" ]; then echo $$$$ > "$$HANG_MAKE"; exec sleep 30; fi
 \t@if [ -n "$$FAIL_MAKE" ]; then echo "error: the build broke"; exit 3; fi
 \t@sleep 0.3
-\t@mkdir -p "$$SGLANG_BLACKWELL_CACHE" && echo wheel > "$$SGLANG_BLACKWELL_CACHE/downloaded.whl"
+\t@echo wheel > "$$SGLANG_BLACKWELL_CACHE/downloaded.whl"
+\t@mkdir -p "$$PIP_CACHE_DIR/http-v2" && echo blob > "$$PIP_CACHE_DIR/http-v2/blob"
 \t@echo built
 test:
 \t@sleep 0.2
@@ -64,7 +65,10 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _git(r, "add", "Makefile", "data.txt")
     _git(r, "commit", "-q", "-m", "fake project")
     (r / "untracked.txt").write_text("not in the commit\n")  # untracked: no dirty tree, and never in the clone
-    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))  # absent: cold
+    pip_cache = tmp_path / "pip-cache"
+    (pip_cache / "selfcheck").mkdir(parents=True)
+    (pip_cache / "selfcheck" / "stamp").write_text("{}")  # pip's version check: no download, still cold
+    monkeypatch.setenv("PIP_CACHE_DIR", str(pip_cache))
     ours = tmp_path / "our-cache"
     ours.mkdir()
     (ours / "old.whl").write_text("x")  # warm
@@ -117,8 +121,10 @@ def test_fresh_clone_run_records_steps_machine_caches_and_the_readme_block(repo:
     assert v["make"].startswith("GNU Make") and v["git"] and re.fullmatch(r"3\.\d+\.\d+.*", v["python"])
     before, after = r["caches"]["before"], r["caches"]["after"]
     assert (before["pip"]["state"], before["sglang-blackwell"]["state"], before["state"]) == ("cold", "warm", "mixed")
-    assert before["pip"]["path"] == str(tmp_path / "pip-cache")
-    assert (before["sglang-blackwell"]["files"], after["sglang-blackwell"]["files"]) == (1, 2)  # make downloaded
+    assert before["pip"]["path"] == str(tmp_path / "pip-cache") and before["pip"]["files"] == 0
+    assert before["pip"]["parts"] == {"selfcheck": {"files": 1, "bytes": 2}}
+    assert (after["pip"]["state"], after["pip"]["files"], after["state"]) == ("warm", 1, "warm")  # make downloaded
+    assert (before["sglang-blackwell"]["files"], after["sglang-blackwell"]["files"]) == (1, 2)
     s = r["summary"]
     assert s["passed"] is True and s["not_run"] == [] and s["cache"] == "mixed" and s["nproc"] == m["nproc"]
     assert s["steps"]["test"]["pytest"]["passed"] == 3 and "line" not in s["steps"]["test"]["pytest"]
