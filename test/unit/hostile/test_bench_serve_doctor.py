@@ -286,7 +286,7 @@ OTHER_CASES = [
                    ("ar.json", "'results' is not what bench allreduce writes")),
     allreduce_case("allreduce-out-is-a-directory", None, ("--out", "is a directory"), ("--out", "{tmp}/dir")),
     Case("table-receipt-not-utf8", "11", ["bench", "table", "--results", "{tmp}/results"],
-         names=("bad.json", "not a JSON receipt"), setup=_write("results/bad.json", b"\xff{}"), watch=("results",)),
+         names=("bad.json", "not UTF-8 text"), setup=_write("results/bad.json", b"\xff{}"), watch=("results",)),
     Case("table-update-not-utf8", "11", ["bench", "table", "--results", "{tmp}/results", "--update", "{tmp}/R.md"],
          names=("--update", "R.md", "not UTF-8"), setup=lambda tmp: ((tmp / "results").mkdir(),
                                                                     (tmp / "R.md").write_bytes(b"\xff")),

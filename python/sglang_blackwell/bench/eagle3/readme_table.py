@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...paths import output_problem, repo_root, write_atomic
+from ...paths import output_problem, read_json, repo_root, write_atomic
 from ...receipts import validate_receipt
 
 KIND = "bench-eagle3"
@@ -87,10 +87,7 @@ def load_receipts(results: Path) -> list[tuple[Path, dict[str, Any]]]:
         raise UserError(f"--results {results}: not a directory")
     out = []
     for p in sorted(results.glob("*.json")):
-        try:
-            r = json.loads(p.read_bytes().decode("utf-8"))
-        except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
-            raise UserError(f"{p}: not a JSON receipt: {e}") from None
+        r = read_json(p)  # unreadable, not UTF-8, not JSON: a UserError naming the file
         if not isinstance(r, dict) or r.get("kind") != KIND:
             continue
         probs = validate_receipt(r)
