@@ -8,7 +8,6 @@ benchmark/results/ (never typed by hand). Prints markdown; --update FILE rewrite
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
