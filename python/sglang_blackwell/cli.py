@@ -25,7 +25,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def python_version_arg(text: str) -> str:
-    """type= of the --python flags that take a CPython MAJOR.MINOR."""
+    """type= of --python-version: a CPython MAJOR.MINOR."""
     from .patchset.bases import python_version
 
     try:
@@ -33,6 +33,74 @@ def python_version_arg(text: str) -> str:
     except UserError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a CPython MAJOR.MINOR, e.g. 3.12") from None
     return f"{major}.{minor}"
+
+
+# One meaning per flag name, pip's: `--python PATH` is an interpreter (nccl, doctor, image verify, install, lock),
+# `--python-version X.Y` a CPython version (build, bundle, lock). The old spellings keep working, each with one
+# deprecation line on stderr: `--python X.Y` where a version is meant, and `--python-exe PATH`. main() prints the
+# lines once the command has run (a usage error stays the one line that names the bad input).
+def _deprecated(parser: argparse.ArgumentParser, namespace: argparse.Namespace, old: str, new: str) -> None:
+    namespace.deprecations = [*getattr(namespace, "deprecations", []),
+                              f"{parser.prog}: warning: {old} is deprecated here: use {new}"]
+
+
+class PythonOption(argparse.Action):
+    """`--python VALUE`. interpreter=True: VALUE is an interpreter (dest `python`), unless versions=True and it is
+    a CPython MAJOR.MINOR: then it is the deprecated spelling of --python-version (dest `python_version`). On a
+    command that takes no interpreter (build, bundle) only that old spelling exists."""
+
+    def __init__(self, option_strings, dest, *, interpreter: bool, versions: bool, **kw):
+        self.interpreter, self.versions = interpreter, versions
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .patchset.bases import PYTHON_VERSION_RE
+
+        text = str(values)
+        if self.versions and PYTHON_VERSION_RE.match(text.strip()):
+            version = python_version_arg(text)
+            _deprecated(parser, namespace, f"{option_string} {text}", f"--python-version {version}")
+            namespace.python_version, namespace.python_version_flag = version, option_string
+            return
+        if not self.interpreter:
+            raise argparse.ArgumentError(self, f"{text!r} is not a CPython MAJOR.MINOR, e.g. 3.12")
+        try:
+            namespace.python = path_arg(text)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentError(self, str(e)) from None
+        namespace.python_flag = option_string
+
+
+class RenamedInterpreter(argparse.Action):
+    """`--python-exe PATH`: the old name of `--python PATH` (install, lock)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            namespace.python = path_arg(str(values))
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentError(self, str(e)) from None
+        _deprecated(parser, namespace, f"{option_string} {values}", f"--python {values}")
+        namespace.python_flag = option_string
+
+
+def add_python_version(p: argparse.ArgumentParser, help: str, *, interpreter: str | None = None) -> None:
+    """--python-version X.Y, its old spelling --python X.Y, and (interpreter: the help of) --python PATH with
+    its old name --python-exe PATH."""
+    p.add_argument("--python-version", type=python_version_arg, metavar="X.Y", help=help)
+    p.add_argument("--python", action=PythonOption, interpreter=interpreter is not None, versions=True,
+                   dest="python", metavar="PATH", help=interpreter or argparse.SUPPRESS)
+    if interpreter is not None:
+        p.add_argument("--python-exe", action=RenamedInterpreter, dest="python", help=argparse.SUPPRESS)
+    p.set_defaults(python_version_flag="--python-version", python_flag="--python")
+
+
+def add_interpreter(p: argparse.ArgumentParser, help: str, *, renamed: bool = False, **kw) -> None:
+    """--python PATH (an interpreter); renamed: also its old name --python-exe PATH."""
+    p.add_argument("--python", action=PythonOption, interpreter=True, versions=False, metavar="PATH", help=help,
+                   **kw)
+    if renamed:
+        p.add_argument("--python-exe", action=RenamedInterpreter, dest="python", help=argparse.SUPPRESS)
+    p.set_defaults(python_flag="--python")
 
 
 def positive_float_arg(text: str) -> float:
@@ -74,7 +142,8 @@ def cmd_build(a: argparse.Namespace) -> int:
     aot = AotRequest.parse(a.aot, a.aot_modules, a.aot_python) if a.aot else None
     if aot is None and (a.aot_modules or a.aot_python):
         raise UserError("--aot-modules/--aot-python need --aot ARCHS (e.g. --aot 12.0a)")
-    built, manifest = build(base, Path(a.out), python=a.python, progress=_progress, aot=aot)
+    built, manifest = build(base, Path(a.out), python=a.python_version, progress=_progress, aot=aot,
+                            python_flag=a.python_version_flag)
     for w in built:
         print(f"{w.path}  sha256={w.sha256}")
     print(f"{manifest}")
@@ -143,8 +212,8 @@ def cmd_install(a: argparse.Namespace) -> int:
     from .artifacts.install import install
     from .patchset.bases import get_base
 
-    cmds = install(get_base(a.base), Path(a.dist), python_exe=a.python_exe, no_deps=a.no_deps,
-                   upstream=a.upstream, dry_run=a.dry_run, progress=_progress)
+    cmds = install(get_base(a.base), Path(a.dist), python_exe=a.python, no_deps=a.no_deps,
+                   upstream=a.upstream, dry_run=a.dry_run, progress=_progress, python_flag=a.python_flag)
     import shlex
 
     for cmd in cmds:  # one pip command per line, in order
@@ -160,7 +229,7 @@ def cmd_bundle(a: argparse.Namespace) -> int:
 
     archs = parse_archs(a.jit_archs, "--jit-archs") if a.jit_archs else ()
     opts = BundleOptions(
-        python=a.python or f"{sys.version_info[0]}.{sys.version_info[1]}", strip=parse_strip(a.strip),
+        python=a.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}", strip=parse_strip(a.strip),
         installed=Path(a.installed) if a.installed else None, deps=Path(a.deps) if a.deps else None,
         exclude=frozenset(_names(a.exclude)), jit_archs=archs,
         jit_modules=parse_modules(a.jit_modules, "--jit-modules") if archs and a.jit_modules else (),
@@ -204,11 +273,11 @@ def cmd_lock(a: argparse.Namespace) -> int:
     from .artifacts.lock import command_for, generate, lock_problems, lock_pythons, write
     from .patchset.bases import get_base, list_bases
 
-    if a.python_exe and not a.python:
-        raise UserError("--python-exe goes with --python (one interpreter resolves one Python's lock)")
+    if a.python and not a.python_version:
+        raise UserError(f"{a.python_flag} goes with --python-version (one interpreter resolves one Python's lock)")
     bad = 0
     for b in list_bases() if a.all else [get_base(a.base)]:
-        for py in [a.python] if a.python else lock_pythons(b):
+        for py in [a.python_version] if a.python_version else lock_pythons(b):
             if a.check:
                 probs = lock_problems(b, py)
                 for p in probs:
@@ -216,7 +285,8 @@ def cmd_lock(a: argparse.Namespace) -> int:
                 bad += len(probs)
                 print(f"base {b.name} Python {py}: {'fresh' if not probs else 'NOT fresh'}")
                 continue
-            lock = generate(b, py, python_exe=a.python_exe, index_url=a.index_url, progress=_progress)
+            lock = generate(b, py, python_exe=a.python, index_url=a.index_url, progress=_progress,
+                            flags=(a.python_version_flag, a.python_flag))
             path = write(lock, command_for(b, py, a.index_url))
             print(f"{path}: {len(lock.entries)} hashed pins, {len(lock.outside)} outside the index, "
                   f"{len(lock.not_lockable)} not lockable, {path.stat().st_size / 1024:.1f} KiB")
@@ -238,7 +308,13 @@ def cmd_index(a: argparse.Namespace) -> int:
     simple = build_index(wheels, Path(a.dir), url_template=a.url_template, simple_at_root=a.simple_at_root,
                          keep_first=a.keep_first, warn=lambda m: print(f"warning: {m}", file=sys.stderr),
                          built_only=a.url_template is None)  # files/ publishes only wheels of the build manifest
-    print(f"pip install --extra-index-url file://{simple.resolve()} sglang flashinfer-python")
+    print(f"# index: {simple.resolve()}")
+    if a.url_template is not None:  # the wheels are linked elsewhere, not copied: no local files to pin to
+        print("# the wheels are linked by --url-template: install them from where they are published")
+        return 0
+    from .artifacts.index_install import write_install_commands
+
+    print(write_install_commands(Path(a.dir), wheels))
     return 0
 
 
@@ -304,7 +380,7 @@ def cmd_nccl(a: argparse.Namespace) -> int:
         return 0
     st = state(a.python, profiles=profiles, requested=a.profile)
     print(json.dumps(st, indent=1) if a.format == "json" else format_state(st))
-    return 0
+    return 1 if st["problems"] else 0  # each problem is a PROBLEM line (text) / an entry of "problems" (json)
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
@@ -424,8 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="patched wheels + build manifest for a base")
     p.add_argument("--base", help="base line (default: the one base.toml marked default)")
     p.add_argument("--out", default="dist", type=path_arg, help="output directory (default: dist)")
-    p.add_argument("--python", type=python_version_arg,
-                   help="only wheels for this CPython version, e.g. 3.12 (default: all pinned)")
+    add_python_version(p, "only wheels for this CPython version, e.g. 3.12 (default: all pinned)")
     p.add_argument("--report", action="store_true", help="print the patch report afterwards")
     p.add_argument("--aot", metavar="ARCHS",
                    help="also prebuild FlashInfer's fused all-reduce modules into the flashinfer wheel's AOT slots "
@@ -467,8 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("install", help="pip install the patched stack (or --upstream to roll back)")
     p.add_argument("--base")
     p.add_argument("--dist", default="dist", type=path_arg)
-    p.add_argument("--python-exe", default=sys.executable, type=path_arg,
-                   help="interpreter whose environment to install into")
+    add_interpreter(p, "interpreter whose environment to install into (default: this one)", renamed=True,
+                    default=sys.executable)
     p.add_argument("--upstream", action="store_true", help="reinstall the unpatched pinned wheels (rollback)")
     p.add_argument("--no-deps", action="store_true", help="only our wheels, no dependencies or runtime pins")
     p.add_argument("--dry-run", action="store_true", help="print the pip commands, write and change nothing")
@@ -481,8 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "modules, a manifest with the sha256 of every file and install.sh, which verifies it "
                        "before installing. See benchmark/lab/README.md.")
     p.add_argument("--base")
-    p.add_argument("--python", type=python_version_arg, help="target CPython MAJOR.MINOR (default: this "
-                   "interpreter's)")
+    add_python_version(p, "target CPython MAJOR.MINOR (default: this interpreter's)")
     p.add_argument("--out", default="bundle", type=path_arg,
                    help="bundle directory, replaced as a whole (default: bundle)")
     p.add_argument("--strip", help="kernel wheel parts to remove, e.g. fa3,sm100,flashmla (kernel_parts.toml)")
@@ -515,9 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--base")
     g.add_argument("--all", action="store_true", help="every base")
-    p.add_argument("--python", type=python_version_arg,
-                   help="one CPython MAJOR.MINOR (default: every Python the base's wheels support)")
-    p.add_argument("--python-exe", help="with --python: the interpreter pip resolves in (default: pythonX.Y on PATH)")
+    add_python_version(p, "one CPython MAJOR.MINOR (default: every Python the base's wheels support)",
+                       interpreter="with --python-version: the interpreter pip resolves in (default: pythonX.Y on "
+                                   "PATH)")
     p.add_argument("--index-url", default="https://pypi.org/simple",
                    help="the index to resolve against (default: PyPI); this machine's pip configuration is ignored")
     p.add_argument("--check", action="store_true", help="only say which locks are missing or stale (no network)")
@@ -542,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "system sitecustomize shadows it); uninstall: restore the files byte for byte")
     p.add_argument("action", choices=["show", "install", "uninstall"])
     p.add_argument("--profile", help="profile name or 'auto' (install default: auto, resolved and recorded)")
-    p.add_argument("--python", type=path_arg, help="interpreter of the target environment (default: this one)")
+    add_interpreter(p, "interpreter of the target environment (default: this one)")
     p.add_argument("--hook", default="auto", choices=["auto", "sitecustomize", "pth"],
                    help="install: where the block goes (default: sitecustomize unless shadowed, then pth)")
     p.add_argument("--format", default="text", choices=["text", "json", "nccl-conf"],
@@ -558,7 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="what works on this box and why not, each failing item with its fix")
     p.add_argument("--json", action="store_true", help="print the doctor receipt (JSON) instead of text")
     p.add_argument("--out", help="also write the receipt to this file (benchmark/results/doctor-<box>.json)")
-    p.add_argument("--python", help="interpreter whose NCCL startup hook to inspect (default: this one)")
+    add_interpreter(p, "interpreter whose NCCL startup hook to inspect (default: this one)")
     p.add_argument("--tp", type=int, help="tensor-parallel size for the all-reduce plan (default: GPU count)")
     p.set_defaults(fn=cmd_doctor)
 
@@ -583,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--release", action="store_true", help="check: what a release needs as well")
     p.add_argument("--tag", help="check --release: the git tag being released (must be v<package version>)")
     p.add_argument("--format", default="lines", choices=["lines", "json"], help="labels: key=value lines or JSON")
-    p.add_argument("--python", help="verify: interpreter of the environment to verify")
+    add_interpreter(p, "verify: interpreter of the environment to verify")
     p.add_argument("--nccl-profile", help="verify: the profile the NCCL startup block must apply")
     p.add_argument("--aot", metavar="ARCHS", help="verify: FlashInfer AOT modules must exist for these archs")
     p.add_argument("--skip-cuda-wheels", action="store_true",
@@ -629,7 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        return a.fn(a)
+        rc = a.fn(a)
+        for line in getattr(a, "deprecations", []):
+            print(line, file=sys.stderr)
+        return rc
     except UserError as e:
         print(f"sglang-blackwell {a.cmd}: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -113,7 +113,7 @@ def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = No
     return simple
 
 
-def _build_manifests(d: Path, cache: dict[Path, dict[str, tuple[int, str, Path]]]) -> dict[str, tuple[int, str, Path]]:
+def manifest_entries(d: Path, cache: dict[Path, dict[str, tuple[int, str, Path]]]) -> dict[str, tuple[int, str, Path]]:
     """filename -> (size, sha256, manifest) of every wheel the build manifests in d record."""
     if d in cache:
         return cache[d]
@@ -163,7 +163,7 @@ def _check_wheel(w: Path, manifests: dict, built_only: bool) -> _Wheel:
     if why:
         raise UserError(f"{w}: not a wheel ({why}); nothing was indexed")
     got = _Wheel(w, size, h.hexdigest())
-    known = _build_manifests(w.parent, manifests)
+    known = manifest_entries(w.parent, manifests)
     if not known and not built_only:
         return got
     if w.name not in known:
