@@ -56,22 +56,22 @@ say "sglang-blackwell from $SRC"
 BASE=${BASE:-$("$SB" image facts --get default_base)}
 
 say "patched wheels, base $BASE, Python $PYVER"
-"$SB" build --base "$BASE" --python "$PYVER" --out "$DIST"
-"$SB" install --base "$BASE" --dist "$DIST" --python-exe "$PY" --dry-run > "$DIST/install-command.txt"
+"$SB" build --base "$BASE" --python-version "$PYVER" --out "$DIST"
+"$SB" install --base "$BASE" --dist "$DIST" --python "$PY" --dry-run > "$DIST/install-command.txt"
 if [[ $SKIP_CUDA == 1 ]]; then
   say "CUDA wheels skipped (SGLANG_BLACKWELL_SKIP_CUDA_WHEELS=1): our wheels only, --no-deps"
-  "$SB" install --base "$BASE" --dist "$DIST" --python-exe "$PY" --no-deps
+  "$SB" install --base "$BASE" --dist "$DIST" --python "$PY" --no-deps
 else
   say "the stack: $(cat "$DIST/install-command.txt")"
-  "$SB" install --base "$BASE" --dist "$DIST" --python-exe "$PY"
+  "$SB" install --base "$BASE" --dist "$DIST" --python "$PY"
 fi
 
 verify_aot=()
 if [[ -n $CUDA_ARCHS ]]; then
   say "FlashInfer AOT modules $AOT_MODULES for $CUDA_ARCHS"
-  "$SB" build --base "$BASE" --python "$PYVER" --out "$DIST" \
+  "$SB" build --base "$BASE" --python-version "$PYVER" --out "$DIST" \
     --aot "$CUDA_ARCHS" --aot-modules "$AOT_MODULES" --aot-python "${AOT_PYTHON:-$PY}"
-  "$SB" install --base "$BASE" --dist "$DIST" --python-exe "$PY" --no-deps
+  "$SB" install --base "$BASE" --dist "$DIST" --python "$PY" --no-deps
   verify_aot=(--aot "$CUDA_ARCHS")
 fi
 

@@ -4,7 +4,7 @@ the venv's Python, the --deps pins) plus the lab image's versions (--installed) 
 reach, and torch linked in from another environment (the image's torch is a CUDA build). Nothing else: a
 requirement that neither the bundle nor the image meets stays missing, as on the lab.
 
-    .venv/bin/sglang-blackwell build --base 0.5.14 --python 3.11 --out /tmp/probe-wheels
+    .venv/bin/sglang-blackwell build --base 0.5.14 --python-version 3.11 --out /tmp/probe-wheels
     .venv/bin/python benchmark/lab/probe_env.py --venv /tmp/probe311 --interpreter python3.11 \
         --wheels /tmp/probe-wheels --deps benchmark/lab/bundle-deps-0.5.14-py312.txt \
         --installed benchmark/lab/installed-lab-image.txt --torch-from .venv

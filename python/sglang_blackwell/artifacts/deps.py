@@ -55,7 +55,7 @@ class Target:
     def version_tuple(self) -> tuple[int, int]:
         m = re.fullmatch(r"(\d+)\.(\d+)", self.python)
         if not m:
-            raise UserError(f"--python {self.python!r}: expected MAJOR.MINOR, e.g. 3.12")
+            raise UserError(f"--python-version {self.python!r}: expected MAJOR.MINOR, e.g. 3.12")
         return int(m[1]), int(m[2])
 
     @property

@@ -125,34 +125,35 @@ def pip_commands(lock: Lock | None, wheels: list[Path], *, python_exe: str, hash
             [*pip, *[a for i in indexes for a in ("--extra-index-url", i)], *[o.requirement for o in lock.outside]]]
 
 
-def python_of(python_exe: str) -> str:
-    """MAJOR.MINOR of an interpreter, asked by running it; an error naming --python-exe when that fails."""
+def python_of(python_exe: str, flag: str = "--python") -> str:
+    """MAJOR.MINOR of an interpreter, asked by running it; an error naming the flag (as typed) when that fails."""
     try:
         py = subprocess.run([python_exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                             capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
-        raise UserError(f"--python-exe {python_exe}: no such interpreter") from None
+        raise UserError(f"{flag} {python_exe}: no such interpreter") from None
     except PermissionError:
-        raise UserError(f"--python-exe {python_exe}: not executable") from None
+        raise UserError(f"{flag} {python_exe}: not executable") from None
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise UserError(f"--python-exe {python_exe}: cannot run it ({e})") from None
+        raise UserError(f"{flag} {python_exe}: cannot run it ({e})") from None
     if py.returncode != 0 or not py.stdout.strip():
-        raise UserError(f"--python-exe {python_exe}: cannot run it to find its Python version (exit "
+        raise UserError(f"{flag} {python_exe}: cannot run it to find its Python version (exit "
                         f"{py.returncode})")
     got = py.stdout.strip().splitlines()[-1]
     try:
-        python_version(got, f"--python-exe {python_exe}: its version")
+        python_version(got, f"{flag} {python_exe}: its version")
     except UserError:
-        raise UserError(f"--python-exe {python_exe}: not a CPython interpreter (it answered {got[:60]!r})") from None
+        raise UserError(f"{flag} {python_exe}: not a CPython interpreter (it answered {got[:60]!r})") from None
     return got
 
 
 def install(base: Base, dist: Path, *, python_exe: str = sys.executable, no_deps: bool = False,
             upstream: bool = False, dry_run: bool = False, cache: Path | None = None,
-            progress=None) -> list[list[str]]:
-    """Run (or with dry_run only return) the pip commands; returns them."""
+            progress=None, python_flag: str = "--python") -> list[list[str]]:
+    """Run (or with dry_run only return) the pip commands; returns them. python_flag: the flag the interpreter
+    came by, as typed (errors name it)."""
     say = progress or (lambda s: None)
-    pyver = python_of(python_exe)
+    pyver = python_of(python_exe, python_flag)
     if upstream:
         wheels = []
         for pkg in base.patched:
@@ -175,11 +176,11 @@ def install(base: Base, dist: Path, *, python_exe: str = sys.executable, no_deps
         if state.stale is not None:
             if dry_run:
                 say(f"dry run: {dist} is stale ({state.stale}): install builds it first (sglang-blackwell build "
-                    f"--base {base.name} --python {pyver} --out {dist})")
+                    f"--base {base.name} --python-version {pyver} --out {dist})")
             else:
                 say(f"{dist} is stale ({state.stale}): building")
                 build(base, dist, python=pyver, cache=cache, progress=progress, out_flag="--dist",
-                      python_flag=f"--python-exe {python_exe}: Python")
+                      python_flag=f"{python_flag} {python_exe}: Python")
                 state = dist_state(base, dist, pyver)
                 if state.stale is not None:
                     raise UserError(f"{dist}: still stale after the build ({state.stale})")

@@ -19,7 +19,7 @@ downloaded), and nothing new needs installing. pip has one catch: it evaluates e
 interpreter it runs in, not with `--python-version` (pip/_internal/req/req_install.py, match_markers); so pip is
 run *by* the target interpreter (`pip --python`, the running pip's code in that interpreter) and the platform
 flags only choose among the index's files. The generator must run on Linux x86_64 and find CPython 3.X
-(`--python-exe`). pip-tools resolves only for the interpreter it runs in; uv resolves for a declared target
+(`--python PATH`). pip-tools resolves only for the interpreter it runs in; uv resolves for a declared target
 without that interpreter, but is a second resolver and a new dependency, and a mismatch between its answer
 and pip's would only show up at install time.
 
@@ -385,7 +385,7 @@ def load_lock(base: Base, python: str) -> Lock:
     if not path.exists():
         have = ", ".join(p for p in lock_pythons(base) if lock_path(base, p).exists()) or "none"
         raise UserError(f"base {base.name}: no lock for Python {python} ({path} is missing; locks exist for: "
-                        f"{have}); make it with `sglang-blackwell lock --base {base.name} --python {python}`")
+                        f"{have}); make it with `sglang-blackwell lock --base {base.name} --python-version {python}`")
     lock = read_lock(path)
     if lock.base != base.name or lock.python != python:
         raise UserError(f"{path}: is the lock of base {lock.base} / Python {lock.python}, not {base.name} / {python}")
@@ -396,13 +396,13 @@ def lock_problems(base: Base, python: str) -> list[str]:
     """Why the committed lock of base x python cannot be trusted as it is (no network): [] when it is fresh."""
     path = lock_path(base, python)
     if not path.exists():
-        return [f"{path}: missing (sglang-blackwell lock --base {base.name} --python {python})"]
+        return [f"{path}: missing (sglang-blackwell lock --base {base.name} --python-version {python})"]
     lock = read_lock(path)
     probs = []
     if lock.inputs != inputs_digest(base, python):
         probs.append(f"{path}: stale: its inputs (base.toml pins, requirement rewrites, runtime pins, lock.toml, "
                      f"constraint files) changed since it was made; run `sglang-blackwell lock --base {base.name} "
-                     f"--python {python}`")
+                     f"--python-version {python}`")
     probs += pin_disagreements(base, python, lock)
     return probs
 
@@ -452,28 +452,31 @@ def locked_pins(pins: list[Pin], lock: Lock, deps_file: Path) -> dict[str, Hashe
 
 # ---------------------------------------------------------------- generating
 
-def find_interpreter(python: str, python_exe: str | None) -> tuple[str, str]:
-    """(path, full version) of a CPython `python` to run pip in (pip evaluates markers with it)."""
+def find_interpreter(python: str, python_exe: str | None,
+                     flags: tuple[str, str] = ("--python-version", "--python")) -> tuple[str, str]:
+    """(path, full version) of a CPython `python` to run pip in (pip evaluates markers with it). flags: how the
+    version and the interpreter were given, as typed (errors name them)."""
+    version_flag, exe_flag = flags
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise UserError(f"the lock is for Linux x86_64 and pip evaluates platform markers on this machine "
                         f"({platform.system()} {platform.machine()}): make locks on a Linux x86_64 machine")
     cand = python_exe or shutil.which(f"python{python}")
     if not cand:
-        raise UserError(f"--python {python}: no python{python} on PATH to resolve with (pip evaluates environment "
-                        "markers with the interpreter it runs in): pass --python-exe PATH")
+        raise UserError(f"{version_flag} {python}: no python{python} on PATH to resolve with (pip evaluates "
+                        "environment markers with the interpreter it runs in): pass --python PATH")
     try:
         r = subprocess.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
                                         "platform.python_implementation(), platform.python_version())"],
                            capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise UserError(f"--python-exe {cand}: cannot run it ({why})") from None
+        raise UserError(f"{exe_flag} {cand}: cannot run it ({why})") from None
     parts = r.stdout.split()
     if r.returncode != 0 or len(parts) != 3:
         tail = " | ".join(ln.strip() for ln in (r.stderr or r.stdout).strip().splitlines() if ln.strip())
-        raise UserError(f"--python-exe {cand}: cannot run it (exit {r.returncode}: {tail[-300:]})")
+        raise UserError(f"{exe_flag} {cand}: cannot run it (exit {r.returncode}: {tail[-300:]})")
     if parts[0] != python or parts[1] != "CPython":
-        raise UserError(f"--python-exe {cand}: is {parts[1]} {parts[2]}, not CPython {python}")
+        raise UserError(f"{exe_flag} {cand}: is {parts[1]} {parts[2]}, not CPython {python}")
     return cand, parts[2]
 
 
@@ -543,9 +546,10 @@ def _sha256(item: dict) -> str:
 
 
 def generate(base: Base, python: str, *, python_exe: str | None = None, index_url: str = DEFAULT_INDEX,
-             cache: Path | None = None, progress: Progress | None = None) -> Lock:
+             cache: Path | None = None, progress: Progress | None = None,
+             flags: tuple[str, str] = ("--python-version", "--python")) -> Lock:
     """Resolve the lock of base x python (see the module docstring). Network: the index (and the pinned
-    upstream wheels, if not cached)."""
+    upstream wheels, if not cached). flags: how the version and the interpreter were given, as typed."""
     from .build import build  # build -> fetch; lock is the only module here that builds to resolve
 
     say = progress or (lambda s: None)
@@ -553,9 +557,9 @@ def generate(base: Base, python: str, *, python_exe: str | None = None, index_ur
     if why:
         raise UserError(f"base {base.name}, Python {python}: unsupported ({base.dir / 'locks' / RECIPE}): {why}")
     if python not in lock_pythons(base):
-        raise UserError(f"--python {python}: base {base.name} has patched wheels for "
+        raise UserError(f"{flags[0]} {python}: base {base.name} has patched wheels for "
                         f"{', '.join(lock_pythons(base)) or 'no Python'} only")
-    exe, full = find_interpreter(python, python_exe)
+    exe, full = find_interpreter(python, python_exe, flags)
     target = target_for(base, python)
     recipe = load_recipe(base)
     outside = [r for r in base.runtime if is_outside(r)]
@@ -659,5 +663,5 @@ def write(lock: Lock, command: str) -> Path:
 
 
 def command_for(base: Base, python: str, index_url: str) -> str:
-    cmd = f"sglang-blackwell lock --base {base.name} --python {python}"
+    cmd = f"sglang-blackwell lock --base {base.name} --python-version {python}"
     return cmd + (f" --index-url {index_url}" if index_url != DEFAULT_INDEX else "")

@@ -185,7 +185,7 @@ def lock_world(world: BundleWorld, python: str) -> Path:
     from sglang_blackwell.patchset.bases import get_base
 
     lock = generate(get_base("9.9.9"), python, python_exe=sys.executable, index_url=world.index)
-    return write(lock, f"sglang-blackwell lock --base 9.9.9 --python {python} --index-url {world.index}")
+    return write(lock, f"sglang-blackwell lock --base 9.9.9 --python-version {python} --index-url {world.index}")
 
 
 ORIGINAL_GATE = b"def gate(major):\n    return major in (9, 10)\n\n\ndef other():\n    return 1\n"

@@ -354,8 +354,8 @@ def test_a_wheelhouse_file_is_reused_only_with_the_locked_hash(world, tmp_path):
 
 
 def test_no_lock_for_the_target_python_names_the_fix(world, tmp_path):
-    with pytest.raises(UserError, match=r"no lock for Python 3.99 .*sglang-blackwell lock --base 9.9.9 --python "
-                                        r"3.99"):
+    with pytest.raises(UserError, match=r"no lock for Python 3.99 .*sglang-blackwell lock --base 9.9.9 "
+                                        r"--python-version 3.99"):
         _bundle(world, tmp_path / "b", python="3.99", deps=_pins(tmp_path, "depa==2.0\n"), no_kernel=True)
 
 

@@ -123,7 +123,7 @@ files = [{{ filename = "{KERNEL}", url = "{server.url}/{KERNEL}", sha256 = "{sha
                 outside=[Outside("torch==2.9.1+cu130", f"{server.url}/simple/", "no hash pinned"),
                          Outside(f"sgl-kernel @ {server.url}/{KERNEL}", f"{server.url}/simple/", "no hash pinned")],
                 path=lock_path(b, PY))
-    write(lock, f"sglang-blackwell lock --base 9.9.9 --python {PY}")
+    write(lock, f"sglang-blackwell lock --base 9.9.9 --python-version {PY}")
     assert lock_problems(b, PY) == []  # the lock is what `sglang-blackwell lock --check` accepts for this base
     return tmp / "dist", [w.path for w in built], f"file://{simple}"
 

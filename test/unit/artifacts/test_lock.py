@@ -121,7 +121,7 @@ files = [{{ filename = "{kw.name}", sha256 = "{sha256(kw)}" }}]
 def _lock(server, python: str = PY, exe: str = sys.executable):
     base = get_base("9.9.9")
     lock = generate(base, python, python_exe=exe, index_url=f"{server.url}/simple/")
-    write(lock, f"sglang-blackwell lock --base 9.9.9 --python {python}")
+    write(lock, f"sglang-blackwell lock --base 9.9.9 --python-version {python}")
     return base, lock
 
 
@@ -186,7 +186,7 @@ def test_a_lock_goes_stale_when_its_inputs_change(tmp_path, server, torch_index,
     toml.write_text(orig.replace('version = "0.0.1"\n\n[[patched.files]]',
                                  'version = "0.0.1"\nrequires_rewrite = { "depa" = "depa==1.0" }\n\n[[patched.files]]'))
     (p,) = lock_problems(load_base(base_dir), PY)
-    assert "stale" in p and f"sglang-blackwell lock --base 9.9.9 --python {PY}" in p
+    assert "stale" in p and f"sglang-blackwell lock --base 9.9.9 --python-version {PY}" in p
     toml.write_text(orig)
     assert lock_problems(load_base(base_dir), PY) == []
     # a recipe with a constraint file: its bytes are an input too
@@ -246,7 +246,7 @@ def test_install_dry_run_shows_require_hashes(tmp_path, server, torch_index, mon
 def test_install_without_a_lock_names_what_is_missing(tmp_path, server, torch_index, monkeypatch):
     _world(tmp_path, server, monkeypatch, torch_index)
     with pytest.raises(UserError, match=rf"base 9.9.9: no lock for Python {PY} .*locks exist for: none.*"
-                                        rf"sglang-blackwell lock --base 9.9.9 --python {PY}"):
+                                        rf"sglang-blackwell lock --base 9.9.9 --python-version {PY}"):
         install(get_base("9.9.9"), tmp_path / "dist", dry_run=True)
     assert not (tmp_path / "dist").exists()  # it fails before building anything
 

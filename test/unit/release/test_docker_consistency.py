@@ -90,8 +90,8 @@ def test_a_pin_added_to_a_workflow_only(repo):
 
 
 def test_an_index_url_not_in_base_toml(repo):
-    edit(repo / "docker/install-stack.sh", '"$SB" install --base "$BASE" --dist "$DIST" --python-exe "$PY"\n',
-         '"$SB" install --base "$BASE" --dist "$DIST" --python-exe "$PY"\n'
+    edit(repo / "docker/install-stack.sh", '"$SB" install --base "$BASE" --dist "$DIST" --python "$PY"\n',
+         '"$SB" install --base "$BASE" --dist "$DIST" --python "$PY"\n'
          'pip install --extra-index-url https://download.pytorch.org/whl/cu128 torch\n')
     assert "URL https://download.pytorch.org/whl/cu128 is not an index or file URL of any base" in problems(repo)
 
