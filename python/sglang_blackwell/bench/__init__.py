@@ -24,9 +24,16 @@ BENCHES: dict[str, tuple[ModuleType, str]] = {
 }
 
 
+def description(doc: str | None, fallback: str) -> str:
+    """A sub-verb's --help description: the first paragraph of its entry module's docstring, as one line (a
+    docstring's first line may end mid-sentence); the help text where the module has no docstring."""
+    paragraph = (doc or "").strip().split("\n\n")[0]
+    return " ".join(paragraph.split()) or fallback
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """One sub-parser per registered benchmark under `bench`."""
     for name, (mod, help_) in BENCHES.items():
-        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip().splitlines()[0])
+        p = sub.add_parser(name, help=help_, description=description(mod.__doc__, help_))
         mod.add_arguments(p)
         p.set_defaults(bench_fn=mod.run)

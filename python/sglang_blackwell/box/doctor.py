@@ -2,9 +2,12 @@
 
 The items, in this order, with stable ids (the JSON lists all of them on every machine, `n/a` where they
 cannot apply): gpus, driver, torch, nccl_version, fork_builds, flashinfer_trtllm_comm, kernel_sass, p2p,
-multicast, links, iommu, acs, nccl_env, pcie_ipc, allreduce_paths. Without an NVIDIA GPU it still runs, says so and
-exits 0; the exit status is 1 only when an item fails. Software items look at the environment doctor runs
-in; `--python` picks the environment whose NCCL startup hook `nccl_env` inspects.
+multicast, links, iommu, acs, nccl_env, pcie_ipc, allreduce_paths, spec_verify. The last line says whether the
+box is ready to serve this fork: `overall: ready` (exit 0), `overall: ready, with N warning(s)` (exit 0) or
+`overall: not ready (N failing: ...)` (exit 1). What a box needs to be ready fails its item when missing: an
+NVIDIA GPU (`gpus`: NVML, and what nvidia-smi, /proc/driver/nvidia and torch.cuda say), torch, sglang and
+flashinfer-python. Without a GPU it still runs, says so and marks the GPU-only items `n/a`. Software items look
+at the environment doctor runs in; `--python` picks the environment whose NCCL startup hook `nccl_env` inspects.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +27,7 @@ from ..errors import UserError
 from ..patchset.bases import pcie_ipc_line
 from ..paths import output_problem
 from ..receipts import make_receipt, validate_receipt
+from . import gpu_presence
 from .allreduce_paths import TRUTHY, Facts, flashinfer_facts, pcie_ipc, plan, sglang_facts
 from .hazards import acs_facts, iommu_facts, translated_gpus
 from .stackinfo import arch_covered, dist_facts, kernel_facts, torch_facts, trtllm_comm_probe
@@ -30,6 +35,7 @@ from .topology import KIND_MEANING, Topology, detect
 
 SCHEMA = "sglang-blackwell/doctor/1"
 STATUSES = ("ok", "info", "warn", "fail", "n/a")
+OVERALL = {"ok": "ready", "warn": "ready", "fail": "not ready"}  # summary.status -> the last line's verdict
 TITLES = {
     "gpus": "GPUs and capability",
     "driver": "NVIDIA driver",
@@ -111,13 +117,39 @@ class Context:
 def check_gpus(c: Context) -> Check:
     t = c.topo
     if c.no_gpu:
-        why = "; ".join(t.notes) or "NVML found none"
-        return item("gpus", "n/a", f"no NVIDIA GPU found ({why}): the GPU items are n/a", data=t.machine())
+        return check_no_gpu(c)
     archs = sorted({g.arch for g in t.gpus})
     detail = f"{t.summary()}; arch {', '.join(archs)}"
     if not any(g.major == 12 for g in t.gpus):
         detail += f" (this fork targets 12.x; {'/'.join(t.capabilities())} takes the upstream paths)"
     return item("gpus", "ok", detail, data=dict(t.machine(), archs=archs, simulated=t.is_simulated))
+
+
+def check_no_gpu(c: Context) -> Check:
+    """NVML (the topology) found no GPU: say what else was asked and what it said, and blame nvidia-ml-py or
+    NVML's library only when something else does see a GPU."""
+    t = c.topo
+    s = gpu_presence.sightings(c.torch)
+    said = "; ".join(gpu_presence.describe(s))
+    nvml = "; ".join(n.removeprefix("NVML ") for n in t.notes) or "found none"
+    data = dict(t.machine(), sightings=s)
+    seen = gpu_presence.gpus_seen(s)
+    if seen and not s["nvml_module"]:
+        return item("gpus", "fail", f"{said}; but nvidia-ml-py is not installed, and doctor reads the GPUs "
+                                    "through NVML: the GPU items are n/a",
+                    f"pip install nvidia-ml-py into this environment ({sys.executable}), or "
+                    "pip install 'sglang-blackwell[gpu]'", data)
+    if seen:
+        return item("gpus", "fail", f"{said}; but NVML finds none ({nvml}): the GPU items are n/a",
+                    "make the driver's NVML library (libnvidia-ml.so.1) loadable here: in a container, start it "
+                    "with the GPUs (--gpus all, the NVIDIA container toolkit)", data)
+    if t.is_simulated:
+        said += f"; the simulated topology {t.source} has no GPU"
+    else:  # NVML's own word only where it was asked: nvidia-ml-py matters only on a GPU box
+        said += f"; NVML: {nvml}" if s["nvml_module"] else "; NVML: not asked (nvidia-ml-py not installed)"
+    return item("gpus", "fail", f"no NVIDIA GPU: {said}: the GPU items are n/a",
+                "run it on the GPU box (this fork serves on NVIDIA GPUs, built for Blackwell SM12x), with the NVIDIA "
+                "driver loaded: `nvidia-smi` must list the GPUs", data)
 
 
 def _vt(v: str) -> tuple[int, ...]:
@@ -142,8 +174,8 @@ def check_torch(c: Context) -> Check:
     tf = c.torch
     if not tf.get("installed"):
         err = f" ({tf['error']})" if tf.get("error") else ""
-        return item("torch", "n/a" if c.no_gpu else "warn", f"torch is not installed here{err}",
-                    f"{INSTALL} (brings the base's CUDA torch)", tf)
+        return item("torch", "fail", f"torch is not installed here{err}", f"{INSTALL} (brings the base's CUDA torch)",
+                    tf)
     archs = tf.get("arch_list") or []
     has120 = any(a.startswith(("sm_120", "compute_120")) for a in archs)
     detail = (f"torch {tf['version']} (CUDA {tf.get('cuda') or 'none: CPU build'}), arch list "
@@ -181,13 +213,13 @@ def check_nccl_version(c: Context) -> Check:
 def check_fork_builds(c: Context) -> Check:
     data = {"sglang": c.sglang, "flashinfer": c.flashinfer}
     if c.sglang is None and c.flashinfer is None:
-        return item("fork_builds", "n/a", "neither sglang nor flashinfer-python is installed here", INSTALL,
+        return item("fork_builds", "fail", "neither sglang nor flashinfer-python is installed here", INSTALL,
                     data)
-    parts, fix = [], None
+    parts, fix, missing = [], None, False
     for label, d in (("sglang", c.sglang), ("flashinfer-python", c.flashinfer)):
         if d is None:
             parts.append(f"{label}: not installed")
-            fix = INSTALL
+            fix, missing = INSTALL, True
         elif d["marker"] and d["local_label"]:
             patches = ", ".join(p for p in d["patches"] if p) or "none"
             base = d["marker"].get("base")
@@ -198,7 +230,7 @@ def check_fork_builds(c: Context) -> Check:
         else:
             parts.append(f"{label} {d['version']}: upstream build (none of this fork's patches)")
             fix = f"{INSTALL} (patched wheels; `{INSTALL} --upstream` rolls back)"
-    return item("fork_builds", "warn" if fix else "ok", "; ".join(parts), fix, data)
+    return item("fork_builds", "fail" if missing else "warn" if fix else "ok", "; ".join(parts), fix, data)
 
 
 def check_trtllm(c: Context) -> Check:
@@ -611,9 +643,10 @@ def validate_doctor(receipt: dict[str, Any]) -> list[str]:
 
 def format_report(r: Report) -> str:
     mark = {"ok": " ok ", "info": "info", "warn": "WARN", "fail": "FAIL", "n/a": "n/a "}
-    lines = [f"sglang-blackwell doctor: {r.topology.summary()}"]
-    if r.topology.gpu_count == 0:
-        lines.append("no NVIDIA GPU on this machine: GPU items are n/a")
+    t = r.topology
+    lines = [f"sglang-blackwell doctor: {t.summary() if t.gpu_count else _no_gpu_headline(r)}"]
+    if t.gpu_count == 0:
+        lines.append("GPU items are n/a")
     w = max(len(c.id) for c in r.checks)
     pad = " " * (w + 9)
     for c in r.checks:
@@ -622,5 +655,22 @@ def format_report(r: Report) -> str:
             lines.append(f"{pad}fix: {c.fix}")
         if c.id == "links":
             lines += [f"{pad}{row}" for row in c.data.get("matrix", [])]
-    lines.append(f"overall: {r.status()}" + (f" ({len(r.failed)} failing)" if r.failed else ""))
+    lines.append(f"overall: {overall(r)}")
     return "\n".join(lines)
+
+
+def _no_gpu_headline(r: Report) -> str:
+    s = next((c.data.get("sightings") for c in r.checks if c.id == "gpus"), None)
+    seen = gpu_presence.gpus_seen(s) if s else {}
+    if seen:
+        return f"NVML sees no GPU, but {', '.join(f'{k} sees {n}' for k, n in seen.items())} (the gpus item says why)"
+    return "no NVIDIA GPU on this machine (the gpus item says what was asked)"
+
+
+def overall(r: Report) -> str:
+    """The verdict in words, from the same status as the receipt's summary.status (fail / warn / ok)."""
+    status = r.status()
+    if status == "fail":
+        return f"{OVERALL[status]} ({len(r.failed)} failing: {', '.join(c.id for c in r.failed)})"
+    warned = [c.id for c in r.checks if c.status == "warn"]
+    return f"{OVERALL[status]}, with {len(warned)} warning(s): {', '.join(warned)}" if warned else OVERALL[status]

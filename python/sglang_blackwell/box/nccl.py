@@ -241,6 +241,29 @@ def user_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
     return environ
 
 
+def conf_file_lines(files: list[dict[str, Any]], rules: conf.Rules) -> list[str]:
+    """One line per file NCCL looks for, in its reading order (nccl_conf.files_read): $NCCL_CONF_FILE, which
+    replaces ~/.nccl.conf when set, then /etc/nccl.conf; the one NCCL_CONF_FILE replaces is named as not read."""
+    def what(f: dict[str, Any]) -> str:
+        if f["error"]:
+            return f"unreadable ({f['error']})"
+        if not f["exists"]:
+            return "absent"
+        return f"{len(f['values'])} variable(s)" + (" (holds the sglang-blackwell block)" if f["managed_block"] else "")
+
+    roles = {f["role"] for f in files}
+    out = []
+    if not rules.conf_file_env:
+        out.append(f"{conf.CONF_ENV}: not read ({rules.label}: NCCL reads it from 2.23)")
+    elif conf.CONF_ENV not in roles:
+        out.append(f"{conf.CONF_ENV}: not set")
+    for f in files:
+        out.append(f"{f['role'] + ': ' if f['role'] != f['path'] else ''}{f['path']}: {what(f)}")
+        if f["role"] == conf.CONF_ENV:
+            out.append(f"~/.nccl.conf: not read ({conf.CONF_ENV} is set: NCCL reads that file instead)")
+    return out
+
+
 def format_state(st: dict[str, Any]) -> str:
     """`nccl show` text from nccl_hook.state()."""
     t = st["target"]
@@ -266,14 +289,9 @@ def format_state(st: dict[str, Any]) -> str:
     if nc.get("off"):
         out.append(f"off: {nc['off']}")
     if nc.get("files"):
-        out += ["", f"NCCL config files, read as {nc['rules']['label']} reads them ({nc['rules']['source']}; "
-                    "the first file read wins):"]
-        for f in nc["files"]:
-            what = (f"unreadable ({f['error']})" if f["error"] else
-                    f"{len(f['values'])} variable(s)" + (" (holds the sglang-blackwell block)"
-                                                         if f["managed_block"] else "") if f["exists"]
-                    else "absent")
-            out.append(f"  {f['role'] + ': ' if f['role'] != f['path'] else ''}{f['path']}: {what}")
+        out += ["", f"NCCL config files, in the order {nc['rules']['label']} reads them ({nc['rules']['source']}; "
+                    "the environment wins over every file, an earlier file over a later one):"]
+        out += [f"  {ln}" for ln in conf_file_lines(nc["files"], conf.rules_for(nc["rules"]["version"]))]
         for b in nc.get("blocks", []):
             if not b["active"]:
                 out.append(f"  block in {b['path']} (profile {b['profile']}) is not read here: {b['why_inactive']}")

@@ -224,6 +224,11 @@ def home_dir(environ: dict[str, str], rules: Rules) -> str | None:
 def files_read(environ: dict[str, str], rules: Rules | None = None) -> list[tuple[Path, str]]:
     """(path, role) of the files NCCL reads in a process with this environment, in reading order (for a
     name set in both, the first one read wins)."""
+    # NCCL's order (NVIDIA/nccl src/misc/param.cc, initEnvFunc): `userFile = getenv("NCCL_CONF_FILE")`; if set
+    # and non-empty setEnvFile(userFile), else setEnvFile("<home>/.nccl.conf"); then setEnvFile("/etc/nccl.conf").
+    # setEnvFile sets each name with overwrite off, so the first file read wins, and the environment over both.
+    # NCCL's user guide says the same of the files (env.html: "set statically in /etc/nccl.conf ... or in
+    # ${NCCL_CONF_FILE} (since 2.23)"). So NCCL_CONF_FILE *replaces* ~/.nccl.conf: at most two files are read.
     rules = rules or rules_for(None)
     out: list[tuple[Path, str]] = []
     named = environ.get(CONF_ENV, "") if rules.conf_file_env else ""

@@ -38,10 +38,14 @@ class ServePlan:
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
+NOT_INSTALLED = "sglang is not installed in this environment (sglang-blackwell install)"
+
+
 def sglang_line(version: str | None, lines: list[Base] | None = None) -> Base:
-    """Which base line's flags an installed sglang speaks."""
+    """Which base line's flags an installed sglang speaks; without sglang, the default base's (what
+    `sglang-blackwell install` puts there): a dry run plans for it, a launch refuses (run())."""
     if version is None:
-        raise UserError("sglang is not installed in this environment (sglang-blackwell install)")
+        return next(b for b in (lines if lines is not None else list_bases()) if b.default)
     return serving_line(version, lines)
 
 
@@ -66,7 +70,11 @@ def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None,
     groups = fusion_flag_groups(lines)
     fusion_flags = {g[0] for g in groups}
     tp = parsed.tp
-    why: list[str] = [f"sglang {sglang_version} (flags of the {line} line), {parsed.tp_why()}, {topology.summary()}"]
+    stack = f"sglang {sglang_version}" if sglang_version else "sglang not installed"
+    why: list[str] = [f"{stack} (flags of the {line} line), {parsed.tp_why()}, {topology.summary()}"]
+    if sglang_version is None:
+        why.append(f"sglang is not installed in the environment of {python}: planned for the default base line "
+                   f"{line} (what `sglang-blackwell install` installs there); only a launch needs it")
     if parsed.config:
         why.append(f"--config {parsed.config}: its settings read as sglang merges them (the command line wins)")
     env: dict[str, str] = {}
@@ -137,11 +145,16 @@ def run(sglang_args: list[str], *, table: str | None, profile: str | None, dry_r
     table_path = Path(table) if table else default_table_path()
     if table and not table_path.exists():
         raise UserError(f"--table {table}: no such file")
+    version = installed_sglang_version()
     p = plan(sglang_args, topology=detect(), table_path=table_path, profile=profile, environ=dict(os.environ),
-             sglang_version=installed_sglang_version())
-    print("sglang-blackwell serve:", file=sys.stderr)
+             sglang_version=version)
+    if version is None and not dry_run:  # the plan is still checked first: bad arguments are named before this
+        raise UserError(f"{NOT_INSTALLED}; --dry-run prints the plan without it")
+    print("sglang-blackwell serve" + (" --dry-run (nothing started):" if dry_run else ":"), file=sys.stderr)
     for w in p.why:
         print(f"  {w}", file=sys.stderr)
+    print(f"  env added: {' '.join(f'{k}={v}' for k, v in sorted(p.env.items())) or '(none)'}", file=sys.stderr)
+    print(f"  flags added: {shlex.join(p.added_flags) or '(none)'}", file=sys.stderr)
     print(f"  command: {p.command_line()}", file=sys.stderr, flush=True)
     if dry_run:
         return 0

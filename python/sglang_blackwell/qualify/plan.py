@@ -169,10 +169,15 @@ def file_identity(path: Path) -> tuple[int, ...] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def default_out(now: dt.datetime | None = None) -> Path:
+def default_out(now: dt.datetime | None = None, environ: dict[str, str] | None = None) -> Path:
+    """Where a qualification goes without --out: $XDG_STATE_HOME/sglang-blackwell/qualify/qualify-<UTC time>/
+    (~/.local/state by default): never inside a checkout, where it would lie untracked beside the repository's
+    committed receipts (commit one there by giving --out benchmark/results/...)."""
+    env = os.environ if environ is None else environ
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    root = repo_root()
-    return (root / "benchmark" / "results" if root else Path.cwd()) / f"qualify-{stamp}"
+    state = env.get("XDG_STATE_HOME") or ""
+    base = Path(state) if os.path.isabs(state) else Path(env.get("HOME") or Path.home()) / ".local" / "state"
+    return base / "sglang-blackwell" / "qualify" / f"qualify-{stamp}"
 
 
 def make_plan(a: argparse.Namespace, *, topology: Any = None) -> Plan:

@@ -11,7 +11,7 @@ recorded as `skipped` with the reason, never as passed. A failing step does not 
 --fail-fast. Exit status: 0 no step failed, 1 a step failed, 2 bad input (nothing is written), 130
 interrupted (the receipt is still written, saying so).
 
-Output directory (default benchmark/results/qualify-<UTC time>/ in a checkout, else ./qualify-<UTC time>/):
+Output directory (default $XDG_STATE_HOME/sglang-blackwell/qualify/qualify-<UTC time>/, ~/.local/state by default):
   qualify.json          the receipt (receipts.py envelope, kind "qualify"): summary.steps gives each step's
                         verdict, reason, and where its own receipt and log are (paths relative to the folder)
   doctor/               doctor.json
@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (__doc__ or "").strip()
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--out", help="output directory, must not exist or be empty "
-                                 "(default: benchmark/results/qualify-<UTC time>/ in a checkout, else ./)")
+                                 "(default: $XDG_STATE_HOME/sglang-blackwell/qualify/qualify-<UTC time>/, outside any "
+                                 "checkout)")
     p.add_argument("--pack", metavar="FILE.tar.gz", help="also bundle the output directory into this tarball")
     p.add_argument("--skip", default="", metavar="STEPS", help=f"comma-separated steps not to run: {','.join(STEPS)}")
     p.add_argument("--fail-fast", action="store_true", help="run no further step after one fails")

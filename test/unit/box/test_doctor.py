@@ -1,4 +1,4 @@
-"""`sglang-blackwell doctor`: runs for real on this CPU-only machine (no GPU: exit 0, items n/a), keeps a
+"""`sglang-blackwell doctor`: runs for real on this CPU-only machine (no GPU: not ready, exit 1), keeps a
 stable JSON schema, and gives each failing item a fix. GPU boxes are simulated (Topology.simulated or
 SGLANG_BLACKWELL_TOPOLOGY, said in every output); installed packages are real files: our wheels' dist-info
 marker, a kernel package holding an nvcc-compiled .so, and the pinned upstream flashinfer wheel."""
@@ -55,20 +55,91 @@ def sim(tmp_path: Path, topo: Topology, name: str = "box.json") -> dict[str, str
     return clean_env(SGLANG_BLACKWELL_TOPOLOGY=str(f))
 
 
+GPU_ONLY_ITEMS = ("driver", "p2p", "multicast", "links", "iommu", "acs", "allreduce_paths", "kernel_sass",
+                  "flashinfer_trtllm_comm")
+
+
 @pytest.mark.skipif(not _no_gpu_here(), reason="this machine has GPUs: CPU-only behaviour cannot be shown")
-def test_cpu_only_machine_runs_says_so_exits_zero(tmp_path):
+def test_a_machine_without_gpu_or_stack_is_not_ready(tmp_path):
+    """Issue 24 item 6: on this CPU machine (no GPU, no sglang / flashinfer-python) doctor does not say ok: the gpus
+    and fork_builds items fail, `overall: not ready`, exit 1, the receipt says the same; the gpus item names what
+    was asked (nvidia-smi, /proc/driver/nvidia, torch.cuda, NVML), and no Python package is blamed for the GPU."""
+    from sglang_blackwell.box.stackinfo import dist_facts
+
+    assert dist_facts("sglang") is None and dist_facts("flashinfer-python") is None, "needs a machine without the stack"
     out = tmp_path / "doctor.json"
     rec, r = doctor_json("--out", str(out))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     assert validate_doctor(rec) == []
     assert json.loads(out.read_text())["checks"] == rec["checks"]
     assert rec["summary"]["gpus"] == 0 and rec["summary"]["topology_class"] == "no-gpu"
-    status = {c["id"]: c["status"] for c in rec["checks"]}
-    for gpu_item in ("gpus", "driver", "p2p", "multicast", "links", "iommu", "acs", "allreduce_paths",
-                     "kernel_sass", "flashinfer_trtllm_comm"):
-        assert status[gpu_item] == "n/a", (gpu_item, status[gpu_item])
-    text = cli("doctor").stdout
-    assert "no NVIDIA GPU" in text and "overall:" in text
+    assert rec["summary"]["status"] == "fail" and {"gpus", "fork_builds"} <= set(rec["summary"]["failing"])
+    c = {c["id"]: c for c in rec["checks"]}
+    for gpu_item in GPU_ONLY_ITEMS:
+        assert c[gpu_item]["status"] == "n/a", (gpu_item, c[gpu_item])
+    gpus = c["gpus"]
+    assert gpus["status"] == "fail" and gpus["detail"].startswith("no NVIDIA GPU: nvidia-smi"), gpus
+    for asked in ("nvidia-smi", "/proc/driver/nvidia", "torch.cuda", "NVML"):
+        assert asked in gpus["detail"], asked
+    assert "pip install" not in gpus["detail"] and "nvidia-ml-py" not in gpus["fix"], "no package is the cause"
+    assert set(gpus["data"]["sightings"]) == {"nvidia_smi", "proc_driver", "torch_cuda", "nvml_module"}
+    text = cli("doctor", check=False)
+    assert text.returncode == 1
+    last = text.stdout.strip().splitlines()[-1]
+    failing = rec["summary"]["failing"]
+    assert last == f"overall: not ready ({len(failing)} failing: {', '.join(failing)})", last
+    assert "no NVIDIA GPU on this machine" in text.stdout and "overall: ok" not in text.stdout
+
+
+def _env_without_nvml(tmp_path: Path, smi_gpus: int | None) -> tuple[Path, dict[str, str]]:
+    """A real venv without nvidia-ml-py or torch (the CLI's one dependency, packaging, on PYTHONPATH) and a PATH
+    whose nvidia-smi (a stand-in for a GPU box's: this machine has none) lists `smi_gpus` GPUs; None: no
+    nvidia-smi on PATH at all."""
+    import packaging
+
+    py = make_venv(tmp_path / "venv")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "packaging").symlink_to(Path(packaging.__file__).parent)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if smi_gpus is not None:
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text("#!/bin/sh\n" + "".join(f'echo "GPU {i}: NVIDIA RTX PRO 6000 Blackwell Server Edition '
+                                                f'(UUID: GPU-{i})"\n' for i in range(smi_gpus)))
+        smi.chmod(0o755)
+    from sglang_blackwell.paths import PACKAGE_DIR
+
+    env = clean_env(PATH=f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
+                    PYTHONPATH=f"{PACKAGE_DIR.parent}{os.pathsep}{lib}")
+    return py, env
+
+
+@pytest.mark.skipif(not _no_gpu_here(), reason="this machine has GPUs: CPU-only behaviour cannot be shown")
+def test_nvidia_ml_py_is_blamed_only_where_something_else_sees_a_gpu(tmp_path):
+    """NVML cannot be asked (no nvidia-ml-py): where nvidia-smi lists GPUs, that is the failing cause and its fix;
+    where nothing sees a GPU, the item says "no NVIDIA GPU" and the missing package is a side note, not the fix."""
+    for smi_gpus in (2, None):
+        py, env = _env_without_nvml(tmp_path / str(smi_gpus), smi_gpus)
+        r = subprocess.run([str(py), "-m", "sglang_blackwell.cli", "doctor", "--json"], capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert r.returncode == 1, r.stderr
+        gpus = {c["id"]: c for c in json.loads(r.stdout)["checks"]}["gpus"]
+        assert gpus["status"] == "fail" and gpus["data"]["sightings"]["nvml_module"] is False
+        if smi_gpus:
+            assert "nvidia-smi -L lists 2 GPU(s)" in gpus["detail"]
+            assert "nvidia-ml-py is not installed" in gpus["detail"]
+            assert gpus["fix"].startswith("pip install nvidia-ml-py into this environment"), gpus
+        else:
+            assert gpus["detail"].startswith("no NVIDIA GPU: nvidia-smi: not on PATH"), gpus
+            assert "NVML: not asked (nvidia-ml-py not installed)" in gpus["detail"]
+            assert "nvidia-ml-py" not in gpus["fix"], gpus
+        text = subprocess.run([str(py), "-m", "sglang_blackwell.cli", "doctor"], capture_output=True, text=True,
+                              env=env, timeout=120).stdout
+        head = text.splitlines()[0]
+        assert head == ("sglang-blackwell doctor: NVML sees no GPU, but nvidia-smi sees 2 (the gpus item says why)"
+                        if smi_gpus else "sglang-blackwell doctor: no NVIDIA GPU on this machine (the gpus item says "
+                                         "what was asked)"), head
 
 
 def test_schema_is_stable(tmp_path):

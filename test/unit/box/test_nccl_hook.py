@@ -150,8 +150,9 @@ def test_block_left_in_shadowed_sitecustomize_is_reported_and_moved(debian_venv)
     plain = make_venv(venv_dir.parent / "plain")
     cli("nccl", "install", "--python", str(plain), "--profile", "pcie-ll")
     shutil.copy(site_packages(plain) / "sitecustomize.py", sp / "sitecustomize.py")
-    st = json.loads(cli("nccl", "show", "--python", str(debian_venv), "--format", "json").stdout)
-    assert st["active"] is None and any("never runs" in p for p in st["problems"])
+    r = cli("nccl", "show", "--python", str(debian_venv), "--format", "json", check=False)
+    st = json.loads(r.stdout)
+    assert st["active"] is None and any("never runs" in p for p in st["problems"]) and r.returncode == 1
     assert fresh_env(debian_venv) == {}
     cli("nccl", "install", "--python", str(debian_venv), "--profile", "pcie-ll")
     assert not (sp / "sitecustomize.py").exists() and fresh_env(debian_venv) == PCIE_LL
@@ -365,12 +366,35 @@ def test_nccl_conf_file_decides_for_every_python_process_and_the_kill_switch_rea
     st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json",
                         env=clean_env(NCCL_CONF_FILE="/dev/null")).stdout)
     assert "names another file" in st["nccl_conf"]["off"] and st["problems"] == []
-    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json").stdout)
+    r = cli("nccl", "show", "--python", str(venv), "--format", "json", check=False)
+    st = json.loads(r.stdout)
     assert any("NCCL_CONF_FILE is not set here" in p for p in st["problems"]), st["problems"]
+    assert r.returncode == 1, "a problem reported is exit 1, in JSON as in text"
     st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json", env=clean_env(**ours)).stdout)
     assert st["problems"] == [] and st["active"]["nccl_conf"] == str(f)
     assert [x["role"] for x in st["nccl_conf"]["files"]] == ["NCCL_CONF_FILE", "/etc/nccl.conf"]
     assert st["nccl_conf"]["files"][0]["managed_block"] and st["nccl_conf"]["blocks"][0]["active"]
+
+
+def test_show_exits_1_when_it_prints_a_problem_and_lists_the_files_in_nccls_order(venv, tmp_path):
+    """Issue 24 item 6: a PROBLEM line is exit 1 (bad input stays 2, a clean state 0); the config files are listed
+    in the order NCCL reads them, the one NCCL_CONF_FILE replaces (~/.nccl.conf) named as not read."""
+    f = tmp_path / "nccl.conf"
+    cli("nccl", "install", "--python", str(venv), "--profile", "pcie-ll", "--nccl-conf", str(f))
+    r = cli("nccl", "show", "--python", str(venv), check=False)
+    problems = [ln for ln in r.stdout.splitlines() if ln.startswith("PROBLEM: ")]
+    assert r.returncode == 1 and problems and f"NCCL config block in {f} is not read here" in problems[0], r.stdout
+    files = [ln for ln in r.stdout.split("NCCL config files, in the order ")[1].split("\n\n")[0].splitlines()[1:]
+             if not ln.startswith("  block in ")]
+    assert files[0] == "  NCCL_CONF_FILE: not set" and files[-1] == "  /etc/nccl.conf: absent", files
+    r = cli("nccl", "show", "--python", str(venv), env=clean_env(NCCL_CONF_FILE=str(f)))
+    assert r.returncode == 0 and "PROBLEM" not in r.stdout
+    files = r.stdout.split("NCCL config files, in the order ")[1].split("\n\n")[0].splitlines()[1:]
+    assert files == [f"  NCCL_CONF_FILE: {f}: 6 variable(s) (holds the sglang-blackwell block)",
+                     "  ~/.nccl.conf: not read (NCCL_CONF_FILE is set: NCCL reads that file instead)",
+                     "  /etc/nccl.conf: absent"], files
+    bad = cli("nccl", "show", "--python", str(tmp_path / "nope" / "python"), check=False)
+    assert bad.returncode == 2 and "--python" in bad.stderr
 
 
 SPAWN_ENV = r'''

@@ -86,6 +86,46 @@ def test_cli_execs_sglang_with_the_plan(table, tmp_path):
     assert "sglang-blackwell serve:" in r.stderr and "command:" in r.stderr
 
 
+def _no_sglang_env(tmp_path: Path) -> dict[str, str]:
+    """This interpreter's environment (no sglang in it) on the simulated PCIe box."""
+    from sglang_blackwell.box.serve import installed_sglang_version
+
+    assert installed_sglang_version() is None, "needs an environment without sglang"
+    topo = tmp_path / "box.json"
+    topo.write_text(json.dumps(BOX.to_dict()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SGLANG_"))}
+    return dict(env, SGLANG_BLACKWELL_TOPOLOGY=str(topo))
+
+
+def test_dry_run_prints_the_plan_without_sglang(table, tmp_path):
+    """Issue 24 item 6: `serve --dry-run -- ...` in an environment without sglang prints the plan (the default
+    base line's flags, the table's knobs, the NCCL profile, the command) and exits 0; starting it still needs
+    sglang (exit 2, saying so), after the arguments are checked."""
+    from sglang_blackwell.patchset.bases import default_base
+
+    env = _no_sglang_env(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", "serve", "--table", str(table), "--dry-run",
+                        "--", "--model-path", "m", "--tp", "8"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = default_base().name
+    assert f"sglang not installed (flags of the {line} line), TP=8" in r.stderr
+    assert f"planned for the default base line {line}" in r.stderr
+    env_added = next(ln for ln in r.stderr.splitlines() if ln.startswith("  env added: "))
+    assert "NCCL_PROTO=LL" in env_added and "SGLANG_FLASHINFER_ALLREDUCE_FUSION_MAX_TOKENS=" in env_added
+    flags = next(ln for ln in r.stderr.splitlines() if ln.startswith("  flags added: "))
+    assert "--disable-custom-all-reduce" in flags
+    command = next(ln for ln in r.stderr.splitlines() if ln.startswith("  command: "))
+    assert f"{sys.executable} -m sglang.launch_server --model-path m --tp 8" in command and "NCCL_PROTO=LL" in command
+    launch = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", "serve", "--table", str(table), "--",
+                             "--model-path", "m", "--tp", "8"], capture_output=True, text=True, env=env, timeout=60)
+    assert launch.returncode == 2 and launch.stderr.strip() == (
+        "sglang-blackwell serve: error: sglang is not installed in this environment (sglang-blackwell install); "
+        "--dry-run prints the plan without it")
+    bad = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", "serve", "--", "--tp", "0"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "--tp 0: expected a positive integer" in bad.stderr, bad.stderr
+
+
 def test_missing_table_named(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sglang_blackwell.cli", "serve", "--table", str(tmp_path / "t.json"),
                         "--dry-run", "--", "--tp", "2"], capture_output=True, text=True)

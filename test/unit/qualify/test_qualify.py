@@ -70,20 +70,21 @@ def test_cli_on_this_cpu_machine_skips_the_gpu_steps_for_lack_of_gpus(tmp_path: 
     target, draft = model_dir(tmp_path / "target"), model_dir(tmp_path / "draft")
     r = run_cli("--out", str(out), "--pack", str(tarball), "--target", str(target), "--draft", str(draft),
                 env=cli_env(), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 1, r.stderr[-3000:]  # doctor: not ready to serve (no GPU, no sglang here)
     receipt = json.loads((out / "qualify.json").read_text())
     assert validate_receipt(receipt) == [] and receipt["kind"] == "qualify"
     assert receipt["qualify_schema"] == qreceipt.SCHEMA and receipt["complete"] is True
     assert receipt["machine"]["gpu_count"] == 0 and receipt["topology"]["class"] == "no-gpu"
     s = receipt["summary"]
-    assert s["status"] == "partial" and s["failed"] == [] and s["passed"] == ["doctor"]
+    assert s["status"] == "failed" and s["failed"] == ["doctor"] and s["passed"] == []
     assert s["skipped"] == ["gpu-tests", "allreduce", "eagle3"]
     st = steps(receipt)
     for name in ("gpu-tests", "allreduce", "eagle3"):  # skipped, with the reason, never passed
         assert st[name]["verdict"] == "skipped" and "no NVIDIA GPU" in st[name]["reason"], st[name]
         assert st[name]["receipt"] is None and st[name]["rc"] is None
     # doctor really ran: its own receipt, referenced relative to the output folder, and its log
-    assert st["doctor"]["verdict"] == "passed" and st["doctor"]["rc"] == 0
+    assert st["doctor"]["verdict"] == "failed" and st["doctor"]["rc"] == 1
+    assert st["doctor"]["reason"] == "doctor: failing item(s): gpus, fork_builds"
     assert st["doctor"]["receipt"] == "doctor/doctor.json" and st["doctor"]["log"] == "logs/doctor.log"
     doc = json.loads((out / st["doctor"]["receipt"]).read_text())
     assert validate_doctor(doc) == [] and doc["summary"]["gpus"] == 0
@@ -93,7 +94,7 @@ def test_cli_on_this_cpu_machine_skips_the_gpu_steps_for_lack_of_gpus(tmp_path: 
     e = receipt["eagle3_config"]
     assert e["derived"] and e["model"] == {"target": str(target), "draft": str(draft)}
     assert e["path"].endswith(qplan.DEFAULT_TEMPLATE)
-    assert "[4/4] eagle3: SKIPPED" in r.stderr and "PARTIAL" in r.stdout
+    assert "[4/4] eagle3: SKIPPED" in r.stderr and "FAILED" in r.stdout
     # what upstream's issue templates ask for: each listed, with the file or why not
     listed = {a["name"]: a for a in receipt["attachments"]}
     assert set(listed) == set(s["attachments"]) == {"check_env", "nvidia_smi_topo", "nccl_topo_dump"}
@@ -290,6 +291,22 @@ def test_fail_fast_stops_after_the_first_failure(tmp_path: Path, stub_steps) -> 
     assert st["doctor"]["reason"] == "not run: --skip"
     for name in ("allreduce", "eagle3"):
         assert st[name] == dict(st[name], verdict="skipped", reason="not run: --fail-fast after gpu-tests failed")
+
+
+def test_default_out_is_outside_the_checkout(tmp_path: Path, stub_steps, monkeypatch) -> None:
+    """Without --out, run from the checkout as the README says: the qualification lands in the XDG state folder,
+    and the checkout gains no untracked file (it was benchmark/results/qualify-<time>/ there)."""
+    repo = Path(__file__).resolve().parents[3]
+    before = sorted((repo / "benchmark" / "results").iterdir())
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert main(["qualify", "--quiet"]) == 0
+    (out,) = (tmp_path / "state" / "sglang-blackwell" / "qualify").iterdir()
+    assert out.name.startswith("qualify-") and (out / "qualify.json").is_file()
+    assert sorted((repo / "benchmark" / "results").iterdir()) == before
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert qplan.default_out().parent == tmp_path / "home" / ".local" / "state" / "sglang-blackwell" / "qualify"
 
 
 def test_skipped_steps_are_partial_not_failed(tmp_path: Path, stub_steps) -> None:
