@@ -3,6 +3,8 @@ progress log. Imports nothing heavy: CPU CI collects this directory too (and des
 
     SGLB_LAB_TARGET   target model dir (default /tmp/lab/target; the target-shaped pair: /tmp/lab61/target)
     SGLB_LAB_DRAFT    EAGLE-3 draft dir (default /tmp/lab/draft; the target-shaped pair: /tmp/lab61/draft)
+    SGLB_LAB_DRAFT_KIND  which draft that is (../lab_accept.py): constructed (the default, exact) or miss (the
+                      target-shaped pair's /tmp/lab61/draft); the accept length expected follows from it
     SGLB_LAB_LAYERS   the target's layer count the run is meant for (optional; 61 for the target-shaped pair):
                       the fused kernels expected per verify step are then 2 x SGLB_LAB_LAYERS - 1, whatever the
                       target's config.json says, so a run on the wrong pair fails instead of passing on its own
@@ -23,6 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# the GPU suites' shared helpers (../lab_accept.py), importable wherever this module is imported from
+_GPU_TESTS = str(Path(__file__).resolve().parents[1])
+if _GPU_TESTS not in sys.path:
+    sys.path.append(_GPU_TESTS)
+from lab_accept import draft_kind  # noqa: E402
+
 T0 = time.monotonic()  # collection time of this directory: the suite's clock starts here
 
 # every process the suite starts gets these (the lab's rule; harmless elsewhere): no NVLink SHARP, no
@@ -40,6 +48,7 @@ class LabConfig:
     deadline_s: float
     python: str
     layers: int | None = None  # SGLB_LAB_LAYERS: the layer count expected of the target (None: its own)
+    draft_kind: str = "constructed"  # SGLB_LAB_DRAFT_KIND (lab_accept.KINDS)
 
     @classmethod
     def from_env(cls) -> LabConfig:
@@ -55,7 +64,7 @@ class LabConfig:
                    draft=Path(os.environ.get("SGLB_LAB_DRAFT", "/tmp/lab/draft")),
                    out=Path(os.environ.get("SGLB_OUT", "/tmp/sglb-gpu-suite")),
                    deadline_s=deadline, python=os.environ.get("SGLB_PYTHON", sys.executable),
-                   layers=int(layers) if layers else None)
+                   layers=int(layers) if layers else None, draft_kind=draft_kind())
 
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -97,8 +106,9 @@ class Facts:
         self.data: dict[str, Any] = {
             "schema": FACTS_SCHEMA,
             "started_unix": round(time.time(), 1),
-            "config": {"target": str(config.target), "draft": str(config.draft), "out": str(config.out),
-                       "deadline_s": config.deadline_s, "python": config.python, "layers": config.layers},
+            "config": {"target": str(config.target), "draft": str(config.draft), "draft_kind": config.draft_kind,
+                       "out": str(config.out), "deadline_s": config.deadline_s, "python": config.python,
+                       "layers": config.layers},
             "arms": {},
             "dist": None,
         }

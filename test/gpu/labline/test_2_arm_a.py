@@ -5,7 +5,7 @@ accepts drafts, the target behaves as the bigram map, and the server is gone aft
 from __future__ import annotations
 
 import pytest
-from labline_checks import need, need_step
+from labline_checks import accept_check, need, need_step
 
 from sglang_blackwell.qualify import gpu_suite_checks as checks
 
@@ -39,11 +39,9 @@ def test_workspace_sized_for_the_verify_graphs(arm_a):
                      f"lines {w['lines']}")
 
 
-def test_accept_length(arm_a):
-    need_step(arm_a, "greedy")
-    a = arm_a["accept"]["accept_len"]
-    assert a is not None, arm_a["accept"]
-    assert a >= checks.MIN_ACCEPT_LEN, arm_a["accept"]
+def test_accept_length(lab, arm_a):
+    r = accept_check(arm_a, lab)
+    assert r["passed"], r
 
 
 def test_outputs_follow_the_bigram_map(arm_a):

@@ -5,9 +5,7 @@ compared with."""
 from __future__ import annotations
 
 import pytest
-from labline_checks import need, need_step
-
-from sglang_blackwell.qualify import gpu_suite_checks as checks
+from labline_checks import accept_check, need, need_step
 
 pytestmark = pytest.mark.gpu
 
@@ -31,10 +29,9 @@ def test_no_workspace_without_fusion(arm_b):
     assert w["ok"], w["why"]
 
 
-def test_accept_length(arm_b):
-    need_step(arm_b, "greedy")
-    a = arm_b["accept"]["accept_len"]
-    assert a is not None and a >= checks.MIN_ACCEPT_LEN, arm_b["accept"]
+def test_accept_length(lab, arm_b):
+    r = accept_check(arm_b, lab)
+    assert r["passed"], r
 
 
 def test_teardown_complete(arm_b):

@@ -4,6 +4,7 @@ collects this directory too (and deselects it: marker `gpu`).
 
     SGLB_LAB_TARGET   target model dir with its tokenizer (default /tmp/lab/target; gen_lab_pair.py writes it)
     SGLB_LAB_DRAFT    EAGLE-3 draft dir (default /tmp/lab/draft)
+    SGLB_LAB_DRAFT_KIND  which draft that is: constructed (the default, exact) or miss (../lab_accept.py)
     SGLB_OUT          artifacts: facts.json, progress.log, server logs (default /tmp/sglb-userpath)
     SGLB_DEADLINE_S   seconds from collection for the whole suite (default 480): a launch that does not fit is
                       skipped, with the reason
@@ -19,6 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# the GPU suites' shared helpers (../lab_accept.py), importable wherever this module is imported from
+_GPU_TESTS = str(Path(__file__).resolve().parents[1])
+if _GPU_TESTS not in sys.path:
+    sys.path.append(_GPU_TESTS)
+from lab_accept import draft_kind  # noqa: E402
 
 T0 = time.monotonic()  # collection time: the suite's clock starts here
 FACTS_SCHEMA = "sglang-blackwell/userpath-facts/1"
@@ -36,6 +43,7 @@ USER_FLAGS = ["--attention-backend", "triton", "--cuda-graph-backend-prefill", "
 # benchmark/results/lab-userpath-2026-12-01-default-mem-fraction-oom.json). A user on one GPU has to do the same.
 EAGLE3_FLAGS = ["--mem-fraction-static", "0.7", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # + draft path
+NUM_STEPS = int(EAGLE3_FLAGS[EAGLE3_FLAGS.index("--speculative-num-steps") + 1])  # the accept length's expectation
 STARTUP_TIMEOUT_S = 300  # ~60-110 s on the lab (the first start of a machine compiles Triton kernels)
 WARM_STARTUP_S = 90
 RESERVE_S = {"openai": 100, "eagle3": 60}  # requests + teardown after /health, per launch
@@ -84,6 +92,7 @@ class Config:
     out: Path
     deadline_s: float
     python: str
+    draft_kind: str = "constructed"  # SGLB_LAB_DRAFT_KIND (lab_accept.KINDS)
 
     @classmethod
     def from_env(cls) -> Config:
@@ -95,7 +104,7 @@ class Config:
         return cls(target=Path(os.environ.get("SGLB_LAB_TARGET", "/tmp/lab/target")),
                    draft=Path(os.environ.get("SGLB_LAB_DRAFT", "/tmp/lab/draft")),
                    out=Path(os.environ.get("SGLB_OUT", "/tmp/sglb-userpath")), deadline_s=deadline,
-                   python=os.environ.get("SGLB_PYTHON", sys.executable))
+                   python=os.environ.get("SGLB_PYTHON", sys.executable), draft_kind=draft_kind())
 
     def child_env(self) -> dict[str, str]:
         return {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1"}
@@ -140,7 +149,7 @@ class Facts:
         self.path = path
         self.data: dict[str, Any] = {"schema": FACTS_SCHEMA, "started_unix": round(time.time(), 1),
                                      "config": {"target": str(config.target), "draft": str(config.draft),
-                                                "deadline_s": config.deadline_s},
+                                                "draft_kind": config.draft_kind, "deadline_s": config.deadline_s},
                                      "servers": {}}
         self.save()
 

@@ -279,6 +279,23 @@ def load_config(path: str | Path) -> BenchConfig:
     return parse_config(data, path)
 
 
+def recorded_config(recorded: Any, base: Path) -> BenchConfig:
+    """The config a receipt records (its `config`: name, path, sha256 and content, the parsed file), parsed as the
+    run parsed it: the content at its recorded path (a relative one from `base`, the directory the run was started
+    in: the repository root for the committed receipts), so relative paths in it (the prompt file) resolve as they
+    did. Its hash is the recorded one, or the receipt is not what it says (ConfigError)."""
+    where = f"receipt config {recorded.get('path') if isinstance(recorded, dict) else None!r}"
+    if not (isinstance(recorded, dict) and isinstance(recorded.get("content"), dict)
+            and isinstance(recorded.get("path"), str) and isinstance(recorded.get("sha256"), str)):
+        raise ConfigError(f"{where}: expected an object with path, sha256 and content (the parsed config)")
+    path = Path(recorded["path"])
+    cfg = parse_config(copy.deepcopy(recorded["content"]), path if path.is_absolute() else base / path)
+    if cfg.sha256 != recorded["sha256"]:
+        raise ConfigError(f"{where}: its content hashes to {cfg.sha256[:12]}..., but the receipt records sha256 "
+                          f"{recorded['sha256'][:12]}...: not the config it was measured with")
+    return cfg
+
+
 def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
     top = _Section(path, "", data, {"name", "description", "model", "server", "speculative", "arms",
                                     "workload", "verdict", "profile", "crosscheck"})

@@ -43,6 +43,7 @@ from . import (
     client,
     grid,
     grid_verdict,
+    launcher,
     plots,
     preflight,
     prompts,
@@ -172,16 +173,19 @@ def run(a: argparse.Namespace) -> int:
     if a.from_runs:
         if a.attach:
             raise UserError("--from-runs and --attach exclude each other")
-        runs = read_runs(cfg, [Path(p) for p in a.from_runs], warn=progress)
+        runs, mode = runs_from_files(cfg, arms, [Path(p) for p in a.from_runs], warn=progress)
         stem = claim_stem(base, runs_file=False)
-        runs = [r for r in runs if r["arm"] in arms]
-        mode = "+".join(sorted({r["mode"] for r in runs})) or "none"
     else:
         attach = parse_attach(a.attach, arms) if a.attach else None
+        chosen = None
         if attach:
             check_attached(attach)  # a dead URL is bad input: exit 2 before anything is written
-        else:  # the port, the models, the launcher: exit 2 before anything is launched or written
-            preflight.check_launch(cfg, arms, [server_env(cfg, cfg.arms[x]) for x in arms])
+        else:  # the interpreter, the port, the models, the launcher: exit 2 before anything is launched or written
+            envs = [server_env(cfg, cfg.arms[x]) for x in arms]
+            chosen = launcher.resolve(cfg, envs)
+            cfg = launcher.with_launcher(cfg, chosen)
+            preflight.check_launch(cfg, arms, envs)
+            progress(f"launcher: {' '.join(chosen.command)} ({chosen.chosen})")
         mode = "attach" if attach else "launch"
         if not attach:
             check_target_layers(cfg)
@@ -193,7 +197,7 @@ def run(a: argparse.Namespace) -> int:
         transport.set_limits(limits)
         try:
             run_all(cfg, arms, repeats, stem, attach=attach, deadline_s=a.deadline_s, progress=progress,
-                    on_run=runs.append)
+                    on_run=runs.append, chosen=chosen)
         except KeyboardInterrupt as e:
             interrupted = str(e) or "Ctrl-C"
             progress(f"interrupted ({interrupted}): writing what was measured")
@@ -339,7 +343,8 @@ def check_target_layers(cfg: BenchConfig) -> None:
 
 
 def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, attach: dict[str, str] | None,
-            deadline_s: float | None, progress: Progress, on_run: Callable[[dict[str, Any]], None]) -> None:
+            deadline_s: float | None, progress: Progress, on_run: Callable[[dict[str, Any]], None],
+            chosen: launcher.Launcher | None = None) -> None:
     plan = interleaved(arms, repeats)
     host = {"versions": receipts.collect_versions(), "machine": nvidia.machine()}
     runs_path = stem.with_name(stem.name + "_runs.jsonl")
@@ -358,7 +363,7 @@ def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, atta
             progress(f"[{i}/{len(plan)}] repeat {rep}/{repeats}, arm {arm}")
             t = time.monotonic()
             rec = run_arm(cfg, cfg.arms[arm], rep, stem, url=attach.get(arm) if attach else None,
-                          progress=progress)
+                          progress=progress, chosen=chosen)
             rec["host"] = host
             longest = max(longest, time.monotonic() - t)
             _append_run(runs_path, cfg, rec)
@@ -447,6 +452,14 @@ def read_runs(cfg: BenchConfig, paths: list[Path], warn: Progress | None = None)
     return runs
 
 
+def runs_from_files(cfg: BenchConfig, arms: list[str], paths: list[Path],
+                    warn: Progress | None = None) -> tuple[list[dict[str, Any]], str]:
+    """--from-runs: the runs of `arms` in the files (read_runs), and the mode the receipt states ("launch",
+    "attach", "attach+launch"; "none" without runs)."""
+    runs = [r for r in read_runs(cfg, paths, warn=warn) if r["arm"] in arms]
+    return runs, "+".join(sorted({r["mode"] for r in runs})) or "none"
+
+
 def run_problem(run: Any, cfg: BenchConfig) -> str | None:
     """What is wrong with a recorded arm run (the shape run_arm writes and the receipt reads); None: nothing."""
     if not isinstance(run, dict):
@@ -503,7 +516,9 @@ def _verify_ranks_problem(v: Any) -> str | None:
 # ---- one arm run ------------------------------------------------------------------------------------------
 
 def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str | None,
-            progress: Progress) -> dict[str, Any]:
+            progress: Progress, chosen: launcher.Launcher | None = None) -> dict[str, Any]:
+    """One arm run, recorded. `chosen`: how the launcher's interpreter was chosen (launcher.resolve; None: cfg's
+    launcher as written)."""
     rec: dict[str, Any] = {"arm": arm.name, "repeat": repeat, "mode": "attach" if url else "launch",
                            "started": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
                            "url": url, "startup_s": None, "server": {}, "levels": {}, "profile": None,
@@ -518,7 +533,8 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
             raise ServerError(f"{busy}: not launching there ([server] port = 0 picks a free port per launch)")
         url = f"http://{cfg.server.host}:{port}"
         log = stem.with_name(stem.name + "_logs") / f"r{repeat}-{_safe(arm.name)}.log"
-        rec.update(url=url, log=str(log))
+        rec.update(url=url, log=str(log),
+                   launcher=(chosen or launcher.Launcher(cfg.server.launcher, launcher.AS_WRITTEN)).record())
         cmd = server_command(cfg, arm, port)
         progress(f"  launching: {' '.join(cmd)}")
         server = Server(url=url, log_path=log)
@@ -841,7 +857,8 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
                   "env": cfg.arms[a].env} for a in arms},
         workload=workload_facts(cfg, runs, repeats), aggregate=agg, verdict=verdict,
         measurement={**MEASUREMENT, **(grid.MEASUREMENT if cfg.grid else {})},
-        runs=runs, complete=not short and not interrupted and not fatal, **extra)
+        launchers=launcher.receipt_launchers(runs), runs=runs,
+        complete=not short and not interrupted and not fatal, **extra)
 
 
 def judged(cfg: BenchConfig, runs: list[dict[str, Any]], arms: list[str], v: VerdictSpec,

@@ -107,6 +107,26 @@ def runs_the_server(launcher: tuple[str, ...] | list[str]) -> bool:
     return bool(PYTHON_NAME.fullmatch(Path(launcher[0]).name))
 
 
+def python_target(args: tuple[str, ...] | list[str]) -> tuple[str, str | None]:
+    """What an interpreter's arguments (after the program) run: ("module", name) for -m (name None when -m ends
+    the list), ("command", None) for -c, ("script", path), or ("none", None) (a bare interpreter)."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m":
+            return "module", args[i + 1] if i + 1 < len(args) else None
+        if a == "-c":
+            return "command", None
+        if a in ("-X", "-W"):
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return "script", a
+    return "none", None
+
+
 def launcher_problem(launcher: list[str], env: dict[str, str]) -> str | None:
     """Why `launcher` cannot start a server in `env`; None when it looks like it can."""
     prog = launcher[0]
@@ -115,30 +135,26 @@ def launcher_problem(launcher: list[str], env: dict[str, str]) -> str | None:
         return f"{prog}: no such program" + (" (or not executable)" if os.sep in prog else " on PATH")
     if not runs_the_server([exe]):
         return None
-    rest = launcher[1:]
-    i = 0
-    while i < len(rest):
-        a = rest[i]
-        if a == "-m":
-            return _module_problem(exe, rest[i + 1], env) if i + 1 < len(rest) else f"{prog} -m: no module named"
-        if a == "-c":
-            return None
-        if a in ("-X", "-W"):
-            i += 2
-            continue
-        if a.startswith("-"):
-            i += 1
-            continue
-        return None if Path(a).is_file() else f"{a}: no such file (the script {prog} would run)"
+    kind, what = python_target(launcher[1:])
+    if kind == "module":
+        if what is None:
+            return f"{prog} -m: no module named"
+        found = module_found(exe, what, env)
+        return f"no module named {what} in the environment of {exe} (is it installed there?)" if found is False \
+            else None  # None: the launch itself will say what is wrong with this interpreter
+    if kind == "script" and what is not None and not Path(what).is_file():
+        return f"{what}: no such file (the script {prog} would run)"
     return None
 
 
-def _module_problem(exe: str, module: str, env: dict[str, str]) -> str | None:
+def module_found(exe: str, module: str, env: dict[str, str]) -> bool | None:
+    """Does interpreter `exe` find `module` in `env` the way `import` would (no package code runs)? None when the
+    interpreter could not be asked (it does not start, or takes over 60 s)."""
     try:
         r = subprocess.run([exe, "-c", MODULE_FINDER, module], env=env, capture_output=True, text=True,
                            errors="replace", timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
-        return None  # the launch itself will say what is wrong with this interpreter
+        return None
     if r.returncode == 3:
-        return f"no module named {module} in the environment of {exe} (is it installed there?)"
-    return None
+        return False
+    return True if r.returncode == 0 else None

@@ -245,17 +245,23 @@ def _accept_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
 
 
 def accept_check(v: VerdictSpec, got: float | None, **where: Any) -> dict[str, Any]:
-    """One accept-length check: `got` (the median over repeats, None if none was measured) within
+    """One accept-length check of the verdict: `got` (the median over repeats, None if none was measured) within
     v.expect_accept_len +- v.accept_len_tolerance; `where` names the arm, concurrency (and context)."""
     assert v.expect_accept_len is not None and v.accept_len_tolerance is not None
-    k: dict[str, Any] = {"kind": "accept_len", **where, "expect_accept_len": v.expect_accept_len,
-                         "tolerance": v.accept_len_tolerance, "accept_len": round(got, 4) if got is not None else None}
+    return accept_len_check(v.expect_accept_len, v.accept_len_tolerance, got, **where)
+
+
+def accept_len_check(expect: float, tolerance: float, got: float | None, **where: Any) -> dict[str, Any]:
+    """`got` within `expect` +- `tolerance` (the verdict's check, and the GPU tests' against a lab pair's
+    construction); None: nothing measured, a failure."""
+    k: dict[str, Any] = {"kind": "accept_len", **where, "expect_accept_len": expect, "tolerance": tolerance,
+                         "accept_len": round(got, 4) if got is not None else None}
     if got is None:
         k.update(passed=False, why="no accept length measured")
         return k
-    k["passed"] = abs(got - v.expect_accept_len) <= v.accept_len_tolerance
+    k["passed"] = abs(got - expect) <= tolerance
     if not k["passed"]:
-        k["why"] = f"accept length {got:.4f} outside {v.expect_accept_len} +- {v.accept_len_tolerance}"
+        k["why"] = f"accept length {got:.4f} outside {expect} +- {tolerance}"
     return k
 
 

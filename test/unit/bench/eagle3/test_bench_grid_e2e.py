@@ -146,8 +146,10 @@ def test_profile_per_context_gives_kernel_classes_and_the_growth(tmp_path: Path,
     assert prof["64"]["verify"]["classes"]["attention"] == 0.9
     g = r["verdict"]["kernel_growth"]["eagle3"]
     assert (g["class"], g["from_context"], g["to_context"], g["growth_ms"]) == ("attention", 16, 64, 0.8)
-    (bad,) = [k for k in r["verdict"]["checks"] if not k["passed"]]
-    assert bad["diagnosis"]["kernel_growth"]["class"] == "attention"
+    # the cell made slow (context 64: 200 ms per 1k tokens) fails its ratio, diagnosed by the growth; a loaded
+    # machine may fail another check as well (a first burst slowed by the load), so only that one is required
+    bad = [k for k in r["verdict"]["checks"] if not k["passed"] and k.get("context") == 64 and "kind" not in k]
+    assert bad and all(k["diagnosis"]["kernel_growth"]["class"] == "attention" for k in bad), r["verdict"]["checks"]
     assert "verify kernel time grew most in attention from context 16 to 64" in printed
     assert "profile eagle3 ctx=64 verify: 1.420 ms of kernels per step" in printed
     assert runs_of(out)[0]["profiles"] == {}  # baseline: not in [profile] arms
