@@ -19,3 +19,11 @@ def test_every_package_folder_is_in_the_wheel_list():
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}: add them, or the wheel omits them"
     gone = sorted(p for p in listed - have if not p.startswith("sglang_blackwell._data"))
     assert not gone, f"pyproject.toml [tool.setuptools] packages names folders that are gone: {gone}"
+
+
+def test_the_license_the_metadata_names_is_shipped():
+    project = load_file(ROOT / "pyproject.toml")["project"]
+    assert project["license"] == "Apache-2.0"  # an SPDX expression (setuptools >= 77), not the deprecated table
+    files = project.get("license-files", [])
+    assert files and all((ROOT / f).is_file() for f in files), f"license-files {files}: missing from the checkout"
+    assert "Apache License" in (ROOT / files[0]).read_text() and "Version 2.0" in (ROOT / files[0]).read_text()
