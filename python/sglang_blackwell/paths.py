@@ -126,3 +126,36 @@ def output_problem(path: Path, *, directory: bool = False) -> str | None:
     if not os.access(probe, os.W_OK | os.X_OK):  # write_atomic writes a sibling, then renames
         return f"cannot write in {probe}"
     return None
+
+
+def marked_block(path: Path, begin: str, end: str) -> str | None:
+    """What a text file holds between its `begin` and `end` markers (the generated README blocks), without the
+    newlines around it; None when it has no such block or cannot be read as UTF-8 text."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if begin not in text or end not in text:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def replace_marked_block(path: Path, body: str, begin: str, end: str, what: str = "--update") -> bool:
+    """Rewrite the one `begin` ... `end` block of a text file with `body` (atomically; a symlinked file stays a
+    link and the file it names is rewritten); returns whether the file changed. A UserError naming `what` and the
+    file: unreadable, not UTF-8, not exactly one block, not writable."""
+    text = read_text(path, what)
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise UserError(f"{what} {path}: needs exactly one {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{begin}\n{body}\n{end}{tail}"
+    if new == text:
+        return False
+    target = path.resolve()
+    problem = output_problem(target)
+    if problem:
+        raise UserError(f"{what} {path}: {problem}")
+    write_atomic(target, new)
+    return True
+

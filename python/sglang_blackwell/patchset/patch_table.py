@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
-from ..paths import read_text, write_atomic
+from ..paths import marked_block, replace_marked_block
 from .bases import Base, series_for
 from .series import Patch
 
@@ -65,22 +64,10 @@ def markdown_table(bases: list[Base]) -> str:
 
 
 def update_block(path: Path, table: str) -> bool:
-    """Rewrite the marked block of `path`; returns whether the file changed."""
-    text = read_text(path, "--update")
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise UserError(f"{path}: needs exactly one {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{table}\n{END}{tail}"
-    if new == text:
-        return False
-    write_atomic(path, new)
-    return True
+    """Rewrite the patch-table block of `path` (paths.replace_marked_block); returns whether the file changed."""
+    return replace_marked_block(path, table, BEGIN, END)
 
 
 def current_block(path: Path) -> str | None:
     """The table between the markers in `path` (None when there is no block)."""
-    text = read_text(path)
-    if BEGIN not in text or END not in text:
-        return None
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    return marked_block(path, BEGIN, END)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ...paths import output_problem, read_json, repo_root, write_atomic
+from ...paths import marked_block, read_json, replace_marked_block, repo_root
 from ...receipts import validate_receipt
 
 KIND = "bench-eagle3"
@@ -205,6 +205,7 @@ def grid_markdown(receipts: list[tuple[Path, dict[str, Any]]], *, link_base: Pat
 
 
 def has_block(path: Path, begin: str, end: str) -> bool:
+    """Whether the file carries either marker (a lone one is then an error of update_block, not a skip)."""
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError):
@@ -212,28 +213,12 @@ def has_block(path: Path, begin: str, end: str) -> bool:
     return begin in text or end in text
 
 
-def current_block(path: Path, begin: str = BEGIN, end: str = END) -> str:
+def current_block(path: Path, begin: str = BEGIN, end: str = END) -> str | None:
     """What the file holds between the markers now (for the staleness tests)."""
-    text = path.read_text(encoding="utf-8")
-    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+    return marked_block(path, begin, end)
 
 
 def update_block(path: Path, table: str, begin: str = BEGIN, end: str = END) -> None:
     if not path.is_file():
         raise UserError(f"--update {path}: not found")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"--update {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except OSError as e:
-        raise UserError(f"--update {path}: cannot read ({e.strerror or e})") from None
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise UserError(f"--update {path}: needs exactly one {begin} ... {end} block")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    new = f"{head}{begin}\n{table}\n{end}{tail}"
-    target = path.resolve()  # a symlinked README stays a link: the file it names is rewritten
-    problem = output_problem(target)
-    if problem:
-        raise UserError(f"--update {path}: {problem}")
-    write_atomic(target, new)
+    replace_marked_block(path, table, begin, end)
