@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import UserError
+from .patchset.plural import counted
 from .paths import write_atomic
 
 DEBUG_ENV = "SGLANG_BLACKWELL_DEBUG"  # =1: an unexpected exception prints its traceback instead of a crash file
@@ -170,7 +171,7 @@ def cmd_check(a: argparse.Namespace) -> int:
         for p in res.problems:
             print(f"ERROR: {p}", file=sys.stderr)
         bad += len(res.problems)
-        print(f"base {b.name}: {'OK' if res.ok else f'{len(res.problems)} problem(s)'}")
+        print(f"base {b.name}: {'OK' if res.ok else counted(len(res.problems), 'problem')}")
     return 1 if bad else 0
 
 
@@ -241,14 +242,14 @@ def cmd_bundle(a: argparse.Namespace) -> int:
     kinds: dict[str, int] = {}
     for f in m["files"]:
         kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
-    print(f"bundle {m['bundle_id'][:16]}: base {m['base']}, {m['python_tag']}, {len(m['files'])} files "
+    print(f"bundle {m['bundle_id'][:16]}: base {m['base']}, {m['python_tag']}, {counted(len(m['files']), 'file')} "
           f"({', '.join(f'{n} {k}' for k, n in kinds.items())}) in {res.out}")
     for name, size in res.chunks:
         print(f"  {(res.out / name) if name else res.out}  {size / 2**20:.2f} MiB")
     unmet = m["dependencies"]["unmet"]
     if unmet:
-        print(f"note: {len(unmet)} requirements of the bundled wheels are neither carried nor known to be on the "
-              f"target (details: dependencies.unmet in manifest.json): {', '.join(u['name'] for u in unmet)}",
+        print(f"note: {counted(len(unmet), 'requirement')} of the bundled wheels are neither carried nor known to "
+              f"be on the target (details: dependencies.unmet in manifest.json): {', '.join(u['name'] for u in unmet)}",
               file=sys.stderr)
     first = res.out / res.chunks[0][0] if res.chunks[0][0] else res.out
     if len(res.chunks) > 1:
@@ -417,7 +418,7 @@ def cmd_image(a: argparse.Namespace) -> int:
         for p in rep.problems:
             print(f"ERROR: {p}", file=sys.stderr)
         print(f"image check{' --release' if a.release else ''}: "
-              f"{'OK' if rep.ok else f'{len(rep.problems)} problem(s)'}")
+              f"{'OK' if rep.ok else counted(len(rep.problems), 'problem')}")
         return 0 if rep.ok else 1
     from .patchset.bases import get_base
 
@@ -433,7 +434,7 @@ def cmd_image(a: argparse.Namespace) -> int:
                          aot_archs=parse_archs(a.aot) if a.aot else None, cuda_wheels=not a.skip_cuda_wheels)
     for p in probs:
         print(f"PROBLEM: {p}", file=sys.stderr)
-    print(f"image verify {a.python}: {'OK' if not probs else f'{len(probs)} problem(s)'} "
+    print(f"image verify {a.python}: {'OK' if not probs else counted(len(probs), 'problem')} "
           f"(base {base.name}, manifest {Path(a.dist)})")
     return 1 if probs else 0
 

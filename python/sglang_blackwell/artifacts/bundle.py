@@ -37,6 +37,7 @@ from ..errors import IntegrityError, UserError
 from ..patchset.bases import Artifact, Base, series_for
 from ..patchset.check import gate
 from ..patchset.fetch import fetch, sha256_file
+from ..patchset.plural import counted
 from ..paths import cache_dir, os_reason
 from ..tomlio import load_file
 from .aot import DEFAULT_MODULES, AotModule, aot_modules
@@ -179,7 +180,7 @@ def _kernel(base: Base, opts: BundleOptions, work: Path, cache: Path, say: Progr
     s = strip_kernel_wheel(src, work / "kernel", opts.strip, src_sha256=sha)
     gone = sum(r.size for r in s.removed)
     say(f"stripped {src.name} -> {s.path.name} ({s.path.stat().st_size / 1e6:.1f} MB; removed "
-        f"{', '.join(s.parts)}: {len(s.removed)} files, {gone / 1e6:.0f} MB unpacked)")
+        f"{', '.join(s.parts)}: {counted(len(s.removed), 'file')}, {gone / 1e6:.0f} MB unpacked)")
     for p in opts.strip:
         if p.note:
             say(f"note: --strip {p.name}: {p.note}")

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
 
+from ...patchset.plural import counted
 from . import transport
 from .config import Prompt
 from .stats import median, percentile
@@ -102,7 +103,7 @@ def model_id(url: str, preferred: str | None = None, timeout: float = 30.0) -> s
         return str(preferred)
     if not ids:
         raise RequestError(f"GET {url}/v1/models lists no model: {json.dumps(listed)[:200]}")
-    raise RequestError(f"GET {url}/v1/models lists {len(ids)} models ({', '.join(ids[:5])}) and none is "
+    raise RequestError(f"GET {url}/v1/models lists {counted(len(ids), 'model')} ({', '.join(ids[:5])}) and none is "
                        f"[model] target {preferred!r}")
 
 
