@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
@@ -493,7 +494,15 @@ def cmd_qualify(a: argparse.Namespace) -> int:
     return run(a)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. Every verb is listed with its help; the verbs whose arguments come from their own
+    modules (qualify, bench and each benchmark) get them only where argv names that verb, so a command imports
+    only what it needs (argv None: every verb's, for a parser that parses anything)."""
+    words = None if argv is None else [w for w in argv if not w.startswith("-")]  # the verb, then bench's name
+
+    def parsed(verb: str) -> bool:  # no option of the top-level parser takes a value: the first word is the verb
+        return words is None or words[:1] == [verb]
+
     ap = Parser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -687,22 +696,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update", metavar="FILE", help="rewrite the patch-table block in FILE (README.md)")
     p.set_defaults(fn=cmd_report)
 
-    from .qualify.run import add_arguments as add_qualify_arguments
-
     p = sub.add_parser("qualify", help="doctor, GPU tests, bench allreduce (+ bench eagle3): one receipt to send")
-    add_qualify_arguments(p)
+    if parsed("qualify"):
+        from .qualify.run import add_arguments as add_qualify_arguments
+
+        add_qualify_arguments(p)
     p.set_defaults(fn=cmd_qualify)
 
-    from .bench import add_parsers as add_bench_parsers
-
     p = sub.add_parser("bench", help="regression benchmarks with JSON receipts (see benchmark/README.md)")
-    add_bench_parsers(p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK"))
+    if parsed("bench"):
+        from .bench import add_parsers as add_bench_parsers
+
+        add_bench_parsers(p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK"),
+                          None if words is None else words[1:2])
     p.set_defaults(fn=cmd_bench)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    a = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     try:
         rc = a.fn(a)
         for line in getattr(a, "deprecations", []):

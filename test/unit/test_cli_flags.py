@@ -111,8 +111,8 @@ def test_every_bench_description_is_whole_sentences():
     module docstring's first paragraph, whole (or, for a module that sets its own, that text), ending a sentence."""
     from sglang_blackwell.bench import BENCHES
 
-    for name, (mod, _) in BENCHES.items():
-        desc = subparser("bench", name).description or ""
+    for name, (load, _) in BENCHES.items():
+        desc, mod = subparser("bench", name).description or "", load()
         first = " ".join((mod.__doc__ or "").strip().split("\n\n")[0].split())
         assert desc == first or desc == (mod.__doc__ or "").strip(), (name, desc)
         assert desc.strip().rstrip(")").endswith((".", "?", "!")), f"bench {name}: {desc[-60:]!r}"
