@@ -38,6 +38,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import IntegrityError, UserError
 from ..patchset.fetch import pip_base_command, sha256_file, sweep_partials
 from ..paths import read_text
+from .requirement_lines import read_requirement_lines
 
 Progress = Callable[[str], None]
 NEVER_DOWNLOADED = frozenset({"torch"})  # the bundle installs on top of an existing torch
@@ -152,25 +153,16 @@ class Pin:
 
 
 def read_pins(path: Path) -> list[Pin]:
-    """A deps file: one `name==version` per line; `#` comments and blank lines allowed."""
-    lines = read_text(path, "--deps").splitlines()
+    """A deps file: one `name==version` per line (requirement_lines.py: comments, blank lines); no marker, URL or
+    hash (the lock gives the hash)."""
     pins: dict[str, Pin] = {}
-    for i, raw in enumerate(lines, 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        try:
-            req = Requirement(line)
-        except InvalidRequirement as e:
-            raise UserError(f"--deps {path}:{i}: {raw.strip()!r}: {e}") from None
-        specs = list(req.specifier)
-        if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version \
-                or req.marker or req.url:
-            raise UserError(f"--deps {path}:{i}: {raw.strip()!r} is not an exact pin (write name==version)")
-        name = canonicalize_name(req.name)
-        if name in pins:
-            raise UserError(f"--deps {path}:{i}: {req.name} is pinned twice (line {pins[name].line} too)")
-        pins[name] = Pin(name, Version(specs[0].version), i, raw.strip())
+    for r in read_requirement_lines(path, "--deps"):
+        version = r.pinned_version
+        if version is None or r.requirement.marker:
+            raise UserError(f"{r.where}: {r.text!r} is not an exact pin (write name==version)")
+        if r.name in pins:
+            raise UserError(f"{r.where}: {r.requirement.name} is pinned twice (line {pins[r.name].line} too)")
+        pins[r.name] = Pin(r.name, Version(version), r.number, r.text)
     return list(pins.values())
 
 

@@ -33,14 +33,10 @@ with torch to PyTorch's index as `+<label>` builds. `install` puts them in with 
 the hashed set went in with --no-deps (so nothing the lock pins is installed unchecked first); pip checks them
 only against their index's own sha256 where it publishes one: base.toml records "unknown".
 
-A base may add a recipe, patches/<base>/locks/lock.toml:
-
-  [constraints]            # pip constraint files per Python (paths relative to lock.toml), e.g. the lab's
-  "3.12" = "../../../benchmark/lab/bundle-deps-0.5.14-py312.txt"   # proven list, so `bundle --deps` agrees
-  [not_lockable]           # constraint lines a consistent resolution cannot take: left out of the resolution;
-  cuda-tile = "why"        # the constrained pin is recorded with its hash (`lock-not-lockable`) for bundle only
-  [unsupported]            # Pythons the pinned wheels name but the index cannot complete with wheels: no lock,
-  "3.13" = "why"           # and install / bundle say why
+A base may add a recipe, patches/<base>/locks/lock.toml (lock_recipe.py): constraint files per Python (e.g. the
+lab's proven list, so `bundle --deps` agrees), constraint pins a consistent resolution cannot take (recorded with
+their hash, `lock-not-lockable`, for bundle only) and Pythons without a lock (install / bundle say why). The file
+format is pip's (requirement_lines.py).
 
 Staleness: the lock records a digest of its inputs (`lock-inputs`: the base's pinned files, requirement rewrites
 and runtime pins for that Python, the target, the recipe and the constraint files' bytes). `lock_problems` (the
@@ -49,7 +45,6 @@ CPU tests, `sglang-blackwell lock --check`) recomputes it without network, as LA
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -71,12 +66,12 @@ from ..errors import UserError
 from ..patchset.bases import Base, RuntimeArtifact
 from ..patchset.fetch import pip_base_command
 from ..paths import read_text, write_atomic
-from ..tomlio import load_file
 from .deps import Hashed, Pin, Target, WheelInfo, collect_needs
+from .lock_recipe import RECIPE, constraint_pins, load_recipe
+from .requirement_lines import RequirementLine, parse_requirement_lines
 from .wheel import Entry, make_record
 
 LOCK_SCHEMA = "sglang-blackwell/lock/1"
-RECIPE = "lock.toml"
 DEFAULT_INDEX = "https://pypi.org/simple"
 CANDIDATE_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 # pip settings of the machine that only say how to reach the index, kept when the generator isolates pip from
@@ -84,6 +79,7 @@ CANDIDATE_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 NETWORK_PIP_ENV = ("PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT",
                    "PIP_TIMEOUT", "PIP_RETRIES")
 HEADER_RE = re.compile(r"^# lock-([a-z-]+): (.*)$")
+VIA_RE = re.compile(r"\s+# via (.+)")
 Progress = Callable[[str], None]
 
 
@@ -197,66 +193,6 @@ def inside_pins(base: Base) -> list[str]:
     return [r.requirement for r in base.runtime if r.requirement and not is_outside(r)]
 
 
-@dataclass(frozen=True)
-class Recipe:
-    path: Path | None
-    constraints: dict[str, list[str]]  # python -> paths relative to lock.toml
-    not_lockable: dict[str, str]  # canonical name -> why
-    unsupported: dict[str, str] = field(default_factory=dict)  # python -> why there is no lock
-
-    def constraint_files(self, python: str) -> list[Path]:
-        assert self.path is not None or not self.constraints.get(python)
-        return [(self.path.parent / p).resolve() for p in self.constraints.get(python, [])] if self.path else []
-
-
-def load_recipe(base: Base) -> Recipe:
-    path = base.dir / "locks" / RECIPE
-    if not path.exists():
-        return Recipe(None, {}, {}, {})
-    data = load_file(path)
-    unknown = sorted(set(data) - {"constraints", "not_lockable", "unsupported"})
-    if unknown:
-        raise UserError(f"{path}: unknown table(s) {unknown} (known: constraints, not_lockable, unsupported)")
-    cons: dict[str, list[str]] = {}
-    for py, v in data.get("constraints", {}).items():
-        Target(py).version_tuple  # noqa: B018 - validates MAJOR.MINOR
-        files = [v] if isinstance(v, str) else v
-        if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
-            raise UserError(f"{path}: constraints.{py!r}: expected a path or a list of paths")
-        cons[py] = files
-    nl = {}
-    for k, why in data.get("not_lockable", {}).items():
-        if not isinstance(why, str) or not why.strip():
-            raise UserError(f"{path}: not_lockable.{k}: say why (a non-empty string)")
-        nl[canonicalize_name(k)] = why.strip()
-    unsupported = {}
-    for py, why in data.get("unsupported", {}).items():
-        Target(py).version_tuple  # noqa: B018 - validates MAJOR.MINOR
-        if not isinstance(why, str) or not why.strip():
-            raise UserError(f"{path}: unsupported.{py!r}: say why (a non-empty string)")
-        unsupported[py] = why.strip()
-    return Recipe(path, cons, nl, unsupported)
-
-
-def constraint_pins(files: list[Path]) -> dict[str, tuple[str, Path, int]]:
-    """name -> (exact version, file, line) of every `name==version` line of the constraint files."""
-    out: dict[str, tuple[str, Path, int]] = {}
-    for f in files:
-        lines = read_text(f, "constraint file").splitlines()
-        for i, raw in enumerate(lines, 1):
-            line = raw.split("#", 1)[0].strip()
-            if not line:
-                continue
-            try:
-                req = Requirement(line)
-            except InvalidRequirement as e:
-                raise UserError(f"constraint file {f}:{i}: {raw.strip()!r}: {e}") from None
-            specs = list(req.specifier)
-            if len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
-                out[canonicalize_name(req.name)] = (specs[0].version, f, i)
-    return out
-
-
 def lock_inputs(base: Base, python: str) -> dict:
     """Everything a lock is made from, as plain data (its sha256 is the lock's `lock-inputs`)."""
     target = target_for(base, python)
@@ -322,27 +258,11 @@ def read_lock(path: Path) -> Lock:
         raise UserError(f"{path}: no such lock")
     text = read_text(path)
     head: dict[str, list[str]] = {}
-    entries = []
-    pending: list[str] = []
-    for i, raw in enumerate(text.splitlines(), 1):
+    for raw in text.splitlines():
         m = HEADER_RE.match(raw)
         if m:
             head.setdefault(m[1], []).append(m[2])
-            continue
-        via = re.fullmatch(r"\s+# via (.+)", raw)
-        if via and entries and not pending:
-            entries[-1] = dataclasses.replace(entries[-1], via=tuple(v.strip() for v in via[1].split(",")))
-            continue
-        line = "" if raw.lstrip().startswith("#") else raw.strip()
-        if not line:
-            continue
-        pending.append(line.rstrip("\\").strip())
-        if line.endswith("\\"):
-            continue
-        entries.append(_entry(path, i, " ".join(pending)))
-        pending = []
-    if pending:
-        raise UserError(f"{path}: ends inside an entry (a trailing backslash)")
+    entries = [_entry(r) for r in parse_requirement_lines(text, path, hashes=True)]
     for key in ("schema", "base", "python", "platform", "inputs"):
         if key not in head:
             raise UserError(f"{path}: no `# lock-{key}:` header line (not a sglang-blackwell lock)")
@@ -367,13 +287,13 @@ def read_lock(path: Path) -> Lock:
                 constraints=head.get("constraints", []), path=path)
 
 
-def _entry(path: Path, line: int, text: str) -> LockEntry:
-    tokens = text.split()
-    m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", tokens[0])
-    hashes = [t.split(":", 1)[1] for t in tokens[1:] if t.startswith("--hash=sha256:")]
-    if m is None or len(hashes) != 1 or len(tokens) != 2:
-        raise UserError(f"{path}:{line}: {text!r} is not `name==version --hash=sha256:HEX`")
-    return LockEntry(canonicalize_name(m[1]), m[2], hashes[0])
+def _entry(r: RequirementLine) -> LockEntry:
+    """One hashed pin: `name==version --hash=sha256:HEX`, the `    # via a, b` line under it naming who needs it."""
+    version = r.pinned_version
+    if version is None or r.requirement.extras or r.requirement.marker or len(r.hashes) != 1:
+        raise UserError(f"{r.where}: {r.text!r} is not `name==version --hash=sha256:HEX`")
+    via = [m[1] for c in r.comments if (m := VIA_RE.fullmatch(c))]
+    return LockEntry(r.name, version, r.hashes[0], tuple(v.strip() for v in via[-1].split(",")) if via else ())
 
 
 def load_lock(base: Base, python: str) -> Lock:
