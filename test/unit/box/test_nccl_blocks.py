@@ -13,14 +13,8 @@ from pathlib import Path
 import pytest
 from pyenvs import cli, make_venv, site_packages
 
-from sglang_blackwell.box.nccl_hook import (
-    put_block,
-    python_problem,
-    render_block,
-    render_conf_block,
-    render_pth_block,
-    strip_block,
-)
+from sglang_blackwell.box.nccl_block import render_block, render_conf_block, render_pth_block
+from sglang_blackwell.box.nccl_edit import put_block, python_problem, strip_block
 from sglang_blackwell.errors import UserError
 
 META = {"schema": 1, "profile": "pcie-ll", "requested": "pcie-ll", "class": "pcie", "topology": "t",

@@ -27,7 +27,8 @@ from pyenvs import (
 )
 
 from sglang_blackwell.box import nccl_conf as conf
-from sglang_blackwell.box.nccl_hook import BEGIN, END, HOOK_MODULE, PTH_FILE
+from sglang_blackwell.box.nccl_block import BEGIN, END
+from sglang_blackwell.box.nccl_target import HOOK_MODULE, PTH_FILE
 
 # a user's own sitecustomize: CRLF line endings, no trailing newline, and code whose effect we can see
 USER_SC = b"import os\r\nos.environ.setdefault('USER_SITECUSTOMIZE_RAN', 'yes')\r\n# no newline at end"

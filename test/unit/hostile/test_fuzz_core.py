@@ -22,18 +22,16 @@ from hypothesis import strategies as st
 
 from sglang_blackwell import cli
 from sglang_blackwell.box import nccl_conf as conf
-from sglang_blackwell.box.nccl_hook import (
+from sglang_blackwell.box.nccl_block import (
     BEGIN,
     END,
     find_block,
-    put_block,
-    python_problem,
     render_block,
     render_conf_block,
     render_pth_block,
-    strip_block,
     with_block,
 )
+from sglang_blackwell.box.nccl_edit import put_block, python_problem, strip_block
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import load_base
 from sglang_blackwell.patchset.series import REQUIRED_FIELDS, header_problems, parse_patch
