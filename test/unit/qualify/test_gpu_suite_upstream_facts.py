@@ -237,8 +237,8 @@ def test_apis_the_two_process_worker_calls(trees):
 def test_tp2_bench_config_flags_exist_and_fusion_is_set_explicitly(trees):
     # benchmark/lab-kimi61-tp2.toml (issue 19): every flag its arms pass is a 0.5.14 flag, and 0.5.14 turns fusion
     # on by itself for DeepseekV3 at TP > 1 on SM90, so the fusion-off arms need the explicit off switch
+    from sglang_blackwell.bench.eagle3.arm_run import server_command
     from sglang_blackwell.bench.eagle3.config import load_config
-    from sglang_blackwell.bench.eagle3.harness import server_command
 
     srt = trees["sglang"] / "srt"
     cfg = load_config(TEST_ROOT.parent / "benchmark" / "lab-kimi61-tp2.toml")

@@ -236,7 +236,7 @@ def test_attach_argument_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_from_runs_discards_per_stream_profiles() -> None:
     # the lab's 2026-11-30 runs recorded verify as 0.14 ms with fusion off: one span per CUDA stream (NCCL's
     # stream included) counted as a step; such stage times must not reach a receipt
-    from sglang_blackwell.bench.eagle3.harness import PER_STREAM_PROFILE_SOURCE, _valid_profile
+    from sglang_blackwell.bench.eagle3.runs_file import PER_STREAM_PROFILE_SOURCE, _valid_profile
 
     old = {"source": PER_STREAM_PROFILE_SOURCE, "stages": {"verify": {"median_ms": 0.1444, "n": 462}}}
     fixed = _valid_profile(old)

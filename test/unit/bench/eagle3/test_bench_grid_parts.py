@@ -15,7 +15,6 @@ from bench_fakes import alive, write_grid_config
 
 from sglang_blackwell.bench.eagle3 import crosscheck, grid_verdict, trace, triton_cache
 from sglang_blackwell.bench.eagle3.config import load_config
-from sglang_blackwell.bench.eagle3.harness import build_receipt, report_text
 from sglang_blackwell.bench.eagle3.readme_table import (
     BEGIN,
     END,
@@ -26,6 +25,8 @@ from sglang_blackwell.bench.eagle3.readme_table import (
     load_receipts,
     markdown_table,
 )
+from sglang_blackwell.bench.eagle3.receipt import build_receipt
+from sglang_blackwell.bench.eagle3.report import report_text
 from sglang_blackwell.cli import main
 from sglang_blackwell.receipts import write_receipt
 

@@ -58,7 +58,9 @@ def test_a_server_already_on_the_configs_port_is_refused_before_anything_is_writ
 
 def test_a_busy_port_found_at_launch_fails_that_arm_without_launching(tmp_path: Path) -> None:
     # between two arms someone takes the port: the arm fails, nothing of ours is started on it
-    from sglang_blackwell.bench.eagle3 import harness
+    import dataclasses
+
+    from sglang_blackwell.bench.eagle3 import arm_run
     from sglang_blackwell.bench.eagle3.config import load_config
 
     cfg = load_config(write_config(tmp_path, model_dirs=True, repeats=1, concurrency="[1]"))
@@ -66,8 +68,8 @@ def test_a_busy_port_found_at_launch_fails_that_arm_without_launching(tmp_path: 
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        cfg = harness.dataclasses.replace(cfg, server=harness.dataclasses.replace(cfg.server, port=port))
-        rec = harness.run_arm(cfg, cfg.arms["baseline"], 1, tmp_path / "stem", url=None, progress=lambda m: None)
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, port=port))
+        rec = arm_run.run_arm(cfg, cfg.arms["baseline"], 1, tmp_path / "stem", url=None, progress=lambda m: None)
     assert rec["error"] and f"port {port}" in rec["error"] and "in use" in rec["error"]
     assert rec["levels"] == {} and not Path(rec["log"] or tmp_path / "none").exists()
 
@@ -119,8 +121,9 @@ def test_our_server_exiting_during_the_measurement_fails_the_arm(tmp_path: Path)
 
 def test_launch_args_the_server_reports_must_be_ours(tmp_path: Path) -> None:
     # /server_info reports the launch args: a server serving another model on our port is not the one we started
+    from sglang_blackwell.bench.eagle3.arm_run import check_launched
     from sglang_blackwell.bench.eagle3.config import load_config
-    from sglang_blackwell.bench.eagle3.harness import BenchRunError, check_launched
+    from sglang_blackwell.bench.eagle3.run_error import BenchRunError
 
     cfg = load_config(write_config(tmp_path, model_dirs=True))
     mine = {"model_path": cfg.model.target, "port": 31234, "tp_size": 2}

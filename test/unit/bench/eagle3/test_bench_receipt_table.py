@@ -10,8 +10,8 @@ import pytest
 from bench_fakes import write_config
 
 from sglang_blackwell.bench.eagle3.config import load_config
-from sglang_blackwell.bench.eagle3.harness import build_receipt
 from sglang_blackwell.bench.eagle3.readme_table import BEGIN, END, load_receipts, markdown_table, update_block
+from sglang_blackwell.bench.eagle3.receipt import build_receipt
 from sglang_blackwell.cli import main
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.receipts import validate_receipt, write_receipt

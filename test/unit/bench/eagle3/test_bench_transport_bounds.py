@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_blackwell.bench.eagle3 import client, harness, sglang_api, transport, vllm_api
+from sglang_blackwell.bench.eagle3 import client, runs_file, sglang_api, transport, vllm_api
 from sglang_blackwell.bench.eagle3.client import Endpoint, RequestError
 from sglang_blackwell.bench.eagle3.config import Prompt
 from sglang_blackwell.errors import UserError
@@ -178,19 +178,19 @@ def test_a_malformed_generate_answer_names_the_field(final, field) -> None:
 
 def test_claim_stem_gives_each_run_its_own_names(tmp_path: Path) -> None:
     base = tmp_path / "bench-eagle3_x_20260101T000000Z"
-    a = harness.claim_stem(base, runs_file=True)
-    b = harness.claim_stem(base, runs_file=True)
+    a = runs_file.claim_stem(base, runs_file=True)
+    b = runs_file.claim_stem(base, runs_file=True)
     assert (a.name, b.name) == (base.name, base.name + "-2")
     assert (tmp_path / (base.name + "-2_runs.jsonl")).is_file()
     (tmp_path / (base.name + "-3.json")).write_text("{}")  # a --from-runs receipt of this second
-    assert harness.claim_stem(base, runs_file=True).name == base.name + "-4"
-    assert harness.claim_stem(base, runs_file=False).name == base.name + "-5"
+    assert runs_file.claim_stem(base, runs_file=True).name == base.name + "-4"
+    assert runs_file.claim_stem(base, runs_file=False).name == base.name + "-5"
 
 
 def test_an_append_that_fails_part_way_leaves_the_whole_records(tmp_path: Path, monkeypatch) -> None:
     cfg = SimpleNamespace(name="x", sha256="0" * 64)
     path = tmp_path / "r_runs.jsonl"
-    harness._append_run(path, cfg, {"arm": "baseline", "repeat": 1})
+    runs_file.append_run(path, cfg, {"arm": "baseline", "repeat": 1})
     whole = path.read_bytes()
     real = os.write
     calls = []
@@ -203,5 +203,5 @@ def test_an_append_that_fails_part_way_leaves_the_whole_records(tmp_path: Path, 
 
     monkeypatch.setattr(os, "write", full)
     with pytest.raises(UserError, match=r"r_runs.jsonl: cannot append .* \(No space left on device\).*--from-runs"):
-        harness._append_run(path, cfg, {"arm": "eagle3", "repeat": 1})
+        runs_file.append_run(path, cfg, {"arm": "eagle3", "repeat": 1})
     assert path.read_bytes() == whole and json.loads(whole)["run"]["arm"] == "baseline"

@@ -15,7 +15,8 @@ import pytest
 
 from sglang_blackwell.bench.eagle3 import launcher
 from sglang_blackwell.bench.eagle3.config import ConfigError, recorded_config
-from sglang_blackwell.bench.eagle3.harness import RUN_SCHEMA, build_receipt, runs_from_files
+from sglang_blackwell.bench.eagle3.receipt import build_receipt
+from sglang_blackwell.bench.eagle3.runs_file import RUN_SCHEMA, runs_from_files
 
 REPO = Path(__file__).resolve().parents[4]
 RECEIPTS = sorted((REPO / "benchmark" / "results").glob("bench-eagle3_*.json"))

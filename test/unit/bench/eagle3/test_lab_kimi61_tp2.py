@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
+from sglang_blackwell.bench.eagle3.arm_run import server_command  # noqa: E402
 from sglang_blackwell.bench.eagle3.config import load_config  # noqa: E402
-from sglang_blackwell.bench.eagle3.harness import server_command  # noqa: E402
 from sglang_blackwell.tomlio import tomllib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]

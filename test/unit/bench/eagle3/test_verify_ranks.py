@@ -21,8 +21,9 @@ TEST_ROOT = Path(__file__).resolve().parents[3]
 if str(TEST_ROOT) not in sys.path:
     sys.path.insert(0, str(TEST_ROOT))
 
-from sglang_blackwell.bench.eagle3 import harness, trace  # noqa: E402
+from sglang_blackwell.bench.eagle3 import profiling, runs_file, trace  # noqa: E402
 from sglang_blackwell.bench.eagle3.config import VerdictSpec  # noqa: E402
+from sglang_blackwell.bench.eagle3.run_error import BenchRunError  # noqa: E402
 from sglang_blackwell.bench.eagle3.stats import median  # noqa: E402
 from sglang_blackwell.bench.eagle3.verdict import aggregate, evaluate, summary  # noqa: E402
 from support.kineto_trace import NCCL_AR, VerifyShape, rank_traces  # noqa: E402
@@ -249,22 +250,22 @@ def test_without_every_rank_the_summary_keeps_rank0s_window() -> None:
 # ---- the harness: every rank's trace file ----------------------------------------------------------------------
 
 def test_rank_of_sglang_trace_names() -> None:
-    assert harness._rank_of("bench-1764460800.1-TP-0.trace.json.gz") == 0
-    assert harness._rank_of("bench-1764460800.1-TP-1.trace.json") == 1
-    assert harness._rank_of("A-1-TP-12-DP-0.trace.json.gz") == 12
-    assert harness._rank_of("1.5-TP-1-memory.pickle") is None
+    assert profiling._rank_of("bench-1764460800.1-TP-0.trace.json.gz") == 0
+    assert profiling._rank_of("bench-1764460800.1-TP-1.trace.json") == 1
+    assert profiling._rank_of("A-1-TP-12-DP-0.trace.json.gz") == 12
+    assert profiling._rank_of("1.5-TP-1-memory.pickle") is None
 
 
 def test_wait_traces_takes_every_rank_in_order_or_what_came(tmp_path: Path) -> None:
     for r in (1, 0):
         (tmp_path / f"bench-1.5-TP-{r}.trace.json.gz").write_bytes(b"x" * (10 + r))
-    assert [p.name for p in harness._wait_traces(tmp_path, 2, 10)] == ["bench-1.5-TP-0.trace.json.gz",
-                                                                        "bench-1.5-TP-1.trace.json.gz"]
+    assert [p.name for p in profiling._wait_traces(tmp_path, 2, 10)] == ["bench-1.5-TP-0.trace.json.gz",
+                                                                          "bench-1.5-TP-1.trace.json.gz"]
     (tmp_path / "bench-1.5-TP-1.trace.json.gz").unlink()
-    assert [p.name for p in harness._wait_traces(tmp_path, 2, 2.5)] == ["bench-1.5-TP-0.trace.json.gz"]
+    assert [p.name for p in profiling._wait_traces(tmp_path, 2, 2.5)] == ["bench-1.5-TP-0.trace.json.gz"]
     (tmp_path / "bench-1.5-TP-0.trace.json.gz").unlink()
-    with pytest.raises(harness.BenchRunError, match="no rank-0 trace"):
-        harness._wait_traces(tmp_path, 2, 1.5)
+    with pytest.raises(BenchRunError, match="no rank-0 trace"):
+        profiling._wait_traces(tmp_path, 2, 1.5)
 
 
 @pytest.mark.parametrize(("bad", "why"), [
@@ -275,7 +276,7 @@ def test_wait_traces_takes_every_rank_in_order_or_what_came(tmp_path: Path) -> N
     ({"per_step": [["a"]]}, "per_step rows"),
 ])
 def test_recorded_verify_ranks_are_checked(bad, why: str) -> None:
-    assert why in (harness._verify_ranks_problem(bad) or "")
+    assert why in (runs_file._verify_ranks_problem(bad) or "")
     good = across(rank_traces(VerifyShape(layers=3), 3))
-    assert harness._verify_ranks_problem(good) is None
+    assert runs_file._verify_ranks_problem(good) is None
     assert median(row[0] for row in good["per_step"]) == pytest.approx(good["verify_ms"] * 1e3, abs=0.1)
