@@ -6,7 +6,8 @@ greedy output = the bigram chain of gen_lab_pair.bigram_map(preset, seed), OpenA
 
   GET  /health, /server_info (server args + internal_states[0].grammar_backend, avg_spec_accept_length),
        /v1/models (max_model_len)
-  POST /v1/completions, /v1/chat/completions (stream, stream_options.include_usage, logprobs, response_format
+  POST /set_internal_state (the spec counters reset, as bench eagle3 and the accept-length test ask),
+       /v1/completions, /v1/chat/completions (stream, stream_options.include_usage, logprobs, response_format
        json_schema: a fixed answer that matches the tests' schema), /v1/responses (string input)
 Bad input (negative max_tokens or temperature, a prompt of >= max_model_len tokens) is a 400, as in SGLang.
 FAKE_USERPATH_BREAK (comma list) injects defects the tests must catch: `grammar` (the scheduler fell back to
@@ -143,6 +144,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.chat(body)
             elif self.path == "/v1/responses":
                 self.response_api(body)
+            elif self.path == "/set_internal_state":  # resets the spec counters (the accept length stays the
+                self._json(200, [True])               # construction's 3.0: every round accepts both drafts)
             else:
                 self._json(404, {"detail": "Not Found"})
         except BadRequest as e:

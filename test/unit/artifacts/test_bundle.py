@@ -396,7 +396,7 @@ def test_cli_bundle(world, tmp_path, capsys):
     o = capsys.readouterr()
     assert rc == 0, o.err
     assert "bundle " in o.out and f"{out}/c1" in o.out and "--stage DIR --stage-only" in o.out
-    assert "1 requirements of the bundled wheels are neither carried nor known to be on the target" in o.err
+    assert "1 requirement of the bundled wheels are neither carried nor known to be on the target" in o.err
     assert json.loads((out / "c1/manifest.json").read_text())["dependencies"]["unmet"] == [{
         "name": "torch", "status": "not carried (target unknown: no --installed)",
         "requires": "sglang 0.0.1+sm120.7 requires torch; flashinfer-python 0.0.2+sm120.7 requires torch"}]

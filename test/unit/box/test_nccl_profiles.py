@@ -170,7 +170,7 @@ def test_show_json_without_block(tmp_path):
 def test_nccl_help_only_gained_an_option():
     """`nccl --help` keeps every option and choice it had before NCCL-config mode; --nccl-conf is new."""
     text = " ".join(cli("nccl", "--help").stdout.split())
-    for kept in ("{show,install,uninstall}", "--profile PROFILE", "--python PYTHON",
+    for kept in ("{show,install,uninstall}", "--profile PROFILE", "--python PATH",
                  "--hook {auto,sitecustomize,pth}", "--format {text,json,nccl-conf}", "--profiles PROFILES"):
         assert kept in text, kept
     assert "--nccl-conf PATH" in text

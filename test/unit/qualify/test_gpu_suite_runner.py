@@ -6,8 +6,8 @@ runs under the real pytest against test/support/fake_lab_server.py (a real HTTP 
 `python -m sglang.launch_server` with the suite's flags, in its own session, logging and profiling like SGLang
 0.5.14 on the lab pair): it must pass, catch injected defects (FAKE_LAB_BREAK) by the right tests, skip what
 the deadline cannot fit, and when no server can start at all still leave the receipt, the JUnit XML, the log
-and the artifacts tarball and exit non-zero. The two-process check needs a real GPU; it fails here (empty
-`torch`) and is deselected where a test wants a clean pass.
+and the artifacts tarball and exit non-zero. The two-process check needs a real GPU; it fails here (CPU
+torch) and is deselected where a test wants a clean pass.
 """
 
 from __future__ import annotations
@@ -47,13 +47,15 @@ def lab(tmp_path: Path) -> dict:
     smi.write_text(FAKE_SMI)
     smi.chmod(0o755)
     site = tmp_path / "site"
-    for pkg in ("sglang", "flashinfer", "torch"):
+    for pkg in ("sglang", "flashinfer"):  # torch: the test environment's CPU build (the accept-length check needs it)
         (site / pkg).mkdir(parents=True)
         (site / pkg / "__init__.py").write_text("")
     pair = tmp_path / "lab"
     for d in ("target", "draft"):
         (pair / d).mkdir(parents=True)
         (pair / d / "config.json").write_text(json.dumps({"num_hidden_layers": 10, "hidden_size": 7168}))
+    # what gen_lab_pair.py records of the pair (its defaults): the suite's expected accept length follows from it
+    (pair / "target" / "lab_pair.json").write_text(json.dumps({"preset": "lab", "seed": 0}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLB_", "PYTEST_"))}
     env.update(PATH=f"{bin_dir}:{env['PATH']}", SGLB_SITE=str(site), SGLB_PYTHON=sys.executable,
                SGLB_LAB_TARGET=str(pair / "target"), SGLB_LAB_DRAFT=str(pair / "draft"),
