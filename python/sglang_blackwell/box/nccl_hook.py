@@ -284,7 +284,7 @@ def state(python: str | None = None, *, profiles: dict | None = None, requested:
     user = user_environ(environ)
     target = probe(python, user)
     rules = conf.rules_for(nccl_version, "the NCCL in use") if nccl_version else target.conf_rules
-    files = conf.read_all(target.environ, rules)
+    files = conf.read_all(target.conf_environ, rules)
     hazards = []
     for cf in files:
         try:

@@ -75,7 +75,7 @@ def installed(target: Target, rules: conf.Rules | None = None) -> list[Installed
 def conf_file_blocks(target: Target, recorded: list[str], rules: conf.Rules) -> list[Installed]:
     """The NCCL config-file blocks in the files `recorded` (named by startup blocks) and in the files NCCL reads
     in a fresh interpreter of the target."""
-    env = target.environ
+    env = target.conf_environ
     reads = [p for p, _ in conf.files_read(env, rules)]
     out = []
     for path in dict.fromkeys([*map(Path, recorded), *reads]):

@@ -53,6 +53,7 @@ print("SGLB-PROBE " + json.dumps({
     "sitecustomize_loaded": getattr(loaded, "__file__", None),
     "no_site": bool(sys.flags.no_site),
     "environ": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "SGLANG_BLACKWELL_"))},
+    "home": os.environ.get("HOME"),
     "nccl": nccl(),
 }))
 """
@@ -70,6 +71,12 @@ class Target:
     environ: dict[str, str]  # NCCL_* / SGLANG_BLACKWELL_* of a fresh interpreter (its managed block ran)
     nccl: tuple[str, str] | None = None  # (distribution, version) of its NCCL wheel
     startup_errors: tuple[str, ...] = ()  # what its startup printed about a failing sitecustomize or .pth file
+    home: str | None = None  # its $HOME: where NCCL >= 2.30 looks for ~/.nccl.conf (older: the passwd entry's)
+
+    @property
+    def conf_environ(self) -> dict[str, str]:
+        """What NCCL's choice of config files reads in a fresh interpreter: NCCL_CONF_FILE and HOME."""
+        return {**self.environ, "HOME": self.home} if self.home is not None else dict(self.environ)
 
     @property
     def conf_rules(self) -> conf.Rules:
@@ -135,7 +142,7 @@ def probe(python: str | None = None, environ: dict[str, str] | None = None) -> T
     errors = _startup_errors(r.stderr)
     return Target(python=exe, executable=d["executable"], version=d["version"], prefix=d["prefix"],
                   purelib=Path(d["purelib"]), purelib_on_path=d["purelib_on_path"],
-                  sitecustomize=d["sitecustomize"], environ=d["environ"],
+                  sitecustomize=d["sitecustomize"], environ=d["environ"], home=d.get("home"),
                   nccl=tuple(d["nccl"]) if d.get("nccl") else None, startup_errors=errors)
 
 

@@ -396,6 +396,18 @@ def test_show_exits_1_when_it_prints_a_problem_and_lists_the_files_in_nccls_orde
                      "  /etc/nccl.conf: absent"], files
     bad = cli("nccl", "show", "--python", str(tmp_path / "nope" / "python"), check=False)
     assert bad.returncode == 2 and "--python" in bad.stderr
+    # NCCL_CONF_FILE unset: NCCL reads ~/.nccl.conf (from 2.30 the $HOME of the process), so show lists it, read
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").write_text("NCCL_PROTO=Simple\n")
+    env = clean_env(HOME=str(home))
+    st = json.loads(cli("nccl", "show", "--python", str(venv), "--format", "json", env=env, check=False).stdout)
+    mine = {Path(x["path"]) for x in st["nccl_conf"]["files"] if x["role"] == "~/.nccl.conf"}
+    want = conf.home_dir(env, conf.rules_for(st["nccl_conf"]["rules"]["version"]))
+    assert mine == {Path(f"{want}/.nccl.conf")}, st["nccl_conf"]["files"]
+    text = cli("nccl", "show", "--python", str(venv), env=env, check=False).stdout
+    if want == str(home):  # NCCL >= 2.30 (or none found: the newest rules), as in the test environment
+        assert f"  ~/.nccl.conf: {home}/.nccl.conf: 1 variable(s)" in text.splitlines(), text
 
 
 SPAWN_ENV = r'''
