@@ -16,16 +16,9 @@ from pathlib import Path
 import pytest
 from pyenvs import clean_env, cli, make_venv
 
-from sglang_blackwell.box.doctor import (
-    CHECK_IDS,
-    CHECK_KEYS,
-    SCHEMA,
-    Context,
-    check_kernel_sass,
-    run_doctor,
-    to_receipt,
-    validate_doctor,
-)
+from sglang_blackwell.box.doctor import SCHEMA, run_doctor, to_receipt, validate_doctor
+from sglang_blackwell.box.doctor_check import CHECK_IDS, CHECK_KEYS, Context
+from sglang_blackwell.box.doctor_stack import check_kernel_sass
 from sglang_blackwell.box.hazards import acs_facts, iommu_facts, parse_lspci_acs, upstream_bridges
 from sglang_blackwell.box.stackinfo import arch_covered, trtllm_comm_probe
 from sglang_blackwell.box.topology import Topology
@@ -393,7 +386,7 @@ def _stack_site(tmp_path: Path, sglang: str, flashinfer: str, fi_base: str) -> P
     (("0.5.14", "0.6.12", "0.5.14"), {}, "info", "not available: this sglang has no pcie_ipc_ar backend"),
 ])
 def test_pcie_ipc_item(tmp_path, monkeypatch, stack, env, status, needle):
-    from sglang_blackwell.box.doctor import check_pcie_ipc
+    from sglang_blackwell.box.doctor_allreduce import check_pcie_ipc
     from sglang_blackwell.box.stackinfo import dist_facts
 
     site = _stack_site(tmp_path, *stack)
