@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_blackwell.bench.allreduce.catalog import CATALOG
+from sglang_blackwell.box.allreduce_catalog import CATALOG
 
 torch = pytest.importorskip("torch")
 pytestmark = [

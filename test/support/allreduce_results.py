@@ -6,7 +6,7 @@ measurement on the lab's 2x H200 (research/lab-allreduce, Table 2, net us per ca
 from __future__ import annotations
 
 from sglang_blackwell.bench.allreduce import results as ar_results
-from sglang_blackwell.bench.allreduce.catalog import CATALOG
+from sglang_blackwell.box.allreduce_catalog import CATALOG
 
 TOKENS = [1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512]
 H200_NET_US = {

@@ -20,6 +20,14 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..patchset.bases import pcie_ipc_line
+from .allreduce_catalog import (
+    PATH_CUSTOM_AR,
+    PATH_FLASHINFER_FUSION,
+    PATH_MSCCLPP,
+    PATH_NCCL,
+    PATH_PCIE_IPC,
+    PATH_TORCH_SYMM_MEM,
+)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -61,7 +69,7 @@ class Facts:
 
 @dataclass
 class Backend:
-    id: str
+    id: str  # one of allreduce_catalog.SGLANG_PATHS
     name: str
     mode: str  # "default" (taken when usable), "opt-in" (needs the flag/env in `enable`), "fallback"
     usable: bool | None  # would it work on this box with these versions (if turned on)?
@@ -90,7 +98,7 @@ def _set(b: Backend, usable: bool, why: str) -> Backend:
 
 
 def custom_allreduce(f: Facts) -> Backend:
-    b = Backend("custom_ar", "sglang custom all-reduce (IPC, one-shot/two-shot)", "default", None, "",
+    b = Backend(PATH_CUSTOM_AR, "sglang custom all-reduce (IPC, one-shot/two-shot)", "default", None, "",
                 f.custom_ar_max)
     if f.tp > 2 and not f.all_nvlink:
         return _set(b, False, f"disabled: {f.tp} GPUs without full NVLink (sglang: 'not supported on more "
@@ -106,7 +114,7 @@ def pcie_ipc(f: Facts) -> Backend:
     since = f"sglang {line.package('sglang').version}+" if line else "no base line"
     env = line.serving.pcie_ipc_env if line else "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
     numel = line.serving.pcie_ipc_max_numel_env if line else "SGLANG_PCIE_IPC_MAX_NUMEL"
-    b = Backend("pcie_ipc", f"FlashInfer PCIe-IPC all-reduce ({since})", "opt-in", None, "", None, f"{env}=1")
+    b = Backend(PATH_PCIE_IPC, f"FlashInfer PCIe-IPC all-reduce ({since})", "opt-in", None, "", None, f"{env}=1")
     fi = _ver(f.flashinfer)
     if not f.has_pcie_ipc:
         return _set(b, False, f"this sglang has no pcie_ipc_ar backend (upstream {since.removeprefix('sglang ')})")
@@ -125,7 +133,7 @@ def pcie_ipc(f: Facts) -> Backend:
 
 
 def mscclpp(f: Facts) -> Backend:
-    b = Backend("mscclpp", "mscclpp one-shot LL (CUDA graph only)", "opt-in", None, "", MSCCLPP_MAX,
+    b = Backend(PATH_MSCCLPP, "mscclpp one-shot LL (CUDA graph only)", "opt-in", None, "", MSCCLPP_MAX,
                 "--enable-mscclpp")
     if f.tp not in (8, 16):
         return _set(b, False, f"world size {f.tp} (needs 8 or 16)")
@@ -135,7 +143,7 @@ def mscclpp(f: Facts) -> Backend:
 
 
 def torch_symm_mem(f: Facts) -> Backend:
-    b = Backend("torch_symm_mem", "torch symmetric-memory all-reduce", "opt-in", None, "", None,
+    b = Backend(PATH_TORCH_SYMM_MEM, "torch symmetric-memory all-reduce", "opt-in", None, "", None,
                 "--enable-torch-symm-mem")
     table = f.symm_mem_max.get(f.major or -1)
     p6 = "P6" in f.sglang_patches
@@ -160,7 +168,7 @@ def torch_symm_mem(f: Facts) -> Backend:
 
 
 def fused_ar_norm(f: Facts) -> Backend:
-    b = Backend("flashinfer_fusion", "FlashInfer fused all-reduce + residual + RMSNorm (trtllm one-shot)",
+    b = Backend(PATH_FLASHINFER_FUSION, "FlashInfer fused all-reduce + residual + RMSNorm (trtllm one-shot)",
                 "default", None, "", None, f.fusion_flag)
     if f.major is None:
         return _set(b, False, "no GPU")
@@ -181,7 +189,7 @@ def fused_ar_norm(f: Facts) -> Backend:
 
 
 def nccl(f: Facts) -> Backend:
-    return Backend("nccl", "NCCL (pynccl inside CUDA graphs, torch.distributed otherwise)", "fallback", True,
+    return Backend(PATH_NCCL, "NCCL (pynccl inside CUDA graphs, torch.distributed otherwise)", "fallback", True,
                    "always available; the NCCL profile (`sglang-blackwell nccl show`) tunes it")
 
 

@@ -31,19 +31,11 @@ from typing import Any
 from ..errors import UserError
 from ..patchset.bases import Base, list_bases
 from ..paths import write_atomic
+from .allreduce_catalog import OPS, PREFERENCE
 from .topology import Topology
 
 SCHEMA = "sglang-blackwell/allreduce-table/1"
-OPS = ("ar_rmsnorm", "ar")
 DEFAULT_TIE_REL = 0.03  # within 3% of the fastest, the more conservative backend wins
-
-# Most conservative first: on a tie the earlier name wins (upstream's default path, then fewer moving parts).
-PREFERENCE = (
-    "nccl", "nccl_norm",
-    "symm_twoshot", "symm_oneshot", "symm_twoshot_norm", "symm_oneshot_norm",
-    "fi_fused_oneshot", "fi_fused_twoshot", "fi_ar_oneshot", "fi_ar_twoshot",
-    "fi_pcie_ipc", "fi_pcie_ipc_norm", "symm_multimem",
-)
 
 # FlashInfer's own one-shot/two-shot pick when sglang passes use_oneshot=None: one-shot while
 # token_num * hidden * 2 * world_size * itemsize / MiB <= this (flashinfer.comm.trtllm_ar

@@ -4,9 +4,8 @@ selects it on its own path."""
 
 from __future__ import annotations
 
-from sglang_blackwell.bench.allreduce.catalog import CATALOG
+from sglang_blackwell.box.allreduce_catalog import CATALOG, PREFERENCE, SGLANG_PATHS
 from sglang_blackwell.box.allreduce_paths import RULES, Facts, fused_ar_norm
-from sglang_blackwell.box.allreduce_table import PREFERENCE
 
 
 def test_preference_ranks_every_catalog_backend_once():
@@ -19,6 +18,10 @@ def rule_ids() -> set[str]:
     """The path id of every rule of allreduce_paths (SGLang's dispatch order, then the fused AR+RMSNorm)."""
     f = Facts(tp=2, capability="12.0")
     return {rule(f).id for rule in (*RULES, fused_ar_norm)}
+
+
+def test_the_catalog_names_every_rule_of_allreduce_paths():
+    assert sorted(rule_ids()) == sorted(SGLANG_PATHS)
 
 
 def test_every_catalog_backend_is_explained_by_a_paths_rule_or_never_selected():

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .catalog import CATALOG
+from ...box.allreduce_catalog import CATALOG
 
 Outputs = tuple[torch.Tensor, ...]
 

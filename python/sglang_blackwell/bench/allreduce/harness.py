@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ...box.allreduce_catalog import CATALOG, NCCL_BACKENDS, default_backends
 from ...errors import UserError
 from ...paths import output_problem
-from .catalog import CATALOG, NCCL_BACKENDS, default_backends
 from .nccl_env import isolated_env, multicast_env_problems, nccl_settings, profile_env
 
 DEFAULT_TOKENS = "1,2,3,4,8,16,32,64,128,256,512"

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ...box import allreduce_table as tbl
+from ...box.allreduce_catalog import CATALOG
 from ...receipts import make_receipt
-from .catalog import CATALOG
 
 KIND = "bench-allreduce"
 OP_TITLES = {"ar_rmsnorm": "all-reduce + residual + RMSNorm", "ar": "all-reduce only"}

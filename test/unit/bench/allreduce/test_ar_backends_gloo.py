@@ -104,7 +104,7 @@ def test_flashinfer_backends_refuse_without_flashinfer():
 
 
 def test_registry_matches_catalog():
-    from sglang_blackwell.bench.allreduce.catalog import CATALOG
+    from sglang_blackwell.box.allreduce_catalog import CATALOG
 
     made = ab.make(list(CATALOG))
     assert [b.name for b in made] == list(CATALOG)

@@ -9,9 +9,9 @@ import pytest
 
 from sglang_blackwell import cli
 from sglang_blackwell.bench.allreduce import harness as ar
-from sglang_blackwell.bench.allreduce.catalog import CATALOG, default_backends
 from sglang_blackwell.bench.allreduce.nccl_env import isolated_env, profile_env
 from sglang_blackwell.box import nccl
+from sglang_blackwell.box.allreduce_catalog import CATALOG, default_backends
 from sglang_blackwell.errors import UserError
 
 SAFE = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
