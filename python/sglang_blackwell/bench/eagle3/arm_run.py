@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from . import client, grid, launcher, preflight, prompts, sglang_api, triton_cache, vllm_api, window
-from .config import ArmSpec, BenchConfig, Prompt
+from .config import BenchConfig
+from .config_arms import ArmSpec
+from .config_workload import Prompt
 from .profiling import profile_window
 from .progress import Progress
 from .run_error import BenchRunError

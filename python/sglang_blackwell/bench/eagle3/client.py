@@ -42,7 +42,7 @@ from typing import Any
 
 from ...patchset.plural import counted
 from . import transport
-from .config import Prompt
+from .config_workload import Prompt
 from .stats import median, percentile
 from .transport import http_json, post_request, sse_events
 

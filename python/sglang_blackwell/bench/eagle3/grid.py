@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from . import crosscheck, prompts, triton_cache, window
-from .config import ArmSpec, BenchConfig, Prompt
+from .config import BenchConfig
+from .config_arms import ArmSpec
+from .config_workload import Prompt
 
 Progress = Callable[[str], None]
 ProfileHook = Callable[[Prompt], dict[str, Any]]

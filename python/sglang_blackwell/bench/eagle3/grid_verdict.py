@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .config import VerdictSpec
+from .config_verdict import VerdictSpec
 from .crosscheck import line as crosscheck_line
 from .stats import median
 from .verdict import (

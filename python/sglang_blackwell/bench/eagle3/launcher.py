@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .config import BenchConfig, ConfigError, default_crosscheck_python
+from .config import BenchConfig, default_crosscheck_python
+from .config_section import ConfigError
 from .preflight import module_found, python_target
 
 BARE = "python3"  # the default launcher's first word: resolved; any other word runs as written

@@ -25,7 +25,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .config import BenchConfig, ConfigError
+from .config import BenchConfig
+from .config_section import ConfigError
 from .listeners import bind_problem
 from .server import busy_port
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import client, sglang_api, trace
-from .config import BenchConfig, Prompt
+from .config import BenchConfig
+from .config_workload import Prompt
 from .progress import Progress
 from .run_error import BenchRunError
 from .server import Server

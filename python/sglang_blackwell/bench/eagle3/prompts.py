@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import BenchConfig, ConfigError, Prompt
+from .config import BenchConfig
+from .config_section import ConfigError
+from .config_workload import Prompt
 
 
 def grid_prompt(context_len: int, index: int, seed: int, id_range: Sequence[int]) -> Prompt:

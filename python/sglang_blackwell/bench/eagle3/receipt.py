@@ -17,7 +17,8 @@ from ...box import nvidia_smi as nvidia
 from ...errors import UserError
 from ...paths import os_reason
 from . import grid, grid_verdict, launcher, plots
-from .config import BenchConfig, VerdictSpec
+from .config import BenchConfig
+from .config_verdict import VerdictSpec
 from .progress import Progress
 from .runs_file import claim_stem
 from .verdict import aggregate, evaluate, summary

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import VerdictSpec
+from .config_verdict import VerdictSpec
 from .stats import median
 
 # per arm and concurrency, spread over the repeats (bare latency names are p50 within a run)

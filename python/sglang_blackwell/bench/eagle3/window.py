@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import client, sglang_api, vllm_api
-from .config import Prompt
+from .config_workload import Prompt
 from .stats import median
 
 

@@ -15,7 +15,7 @@ from bench_fakes import PROXY_VARS, dead_port, openai_servers, requests_of
 
 from sglang_blackwell.bench.eagle3 import client, transport
 from sglang_blackwell.bench.eagle3.client import Endpoint, LevelRun, RequestError, RequestResult
-from sglang_blackwell.bench.eagle3.config import Prompt
+from sglang_blackwell.bench.eagle3.config_workload import Prompt
 
 
 @pytest.mark.parametrize("url, loop", [

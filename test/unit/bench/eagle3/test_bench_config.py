@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from bench_fakes import write_config
 
-from sglang_blackwell.bench.eagle3.config import ConfigError, load_config, select_arms
+from sglang_blackwell.bench.eagle3.config import load_config, select_arms
+from sglang_blackwell.bench.eagle3.config_section import ConfigError
 from sglang_blackwell.cli import main
 from sglang_blackwell.errors import UserError
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from bench_fakes import write_config, write_grid_config
 
-from sglang_blackwell.bench.eagle3.config import ConfigError, default_crosscheck_python, load_config
+from sglang_blackwell.bench.eagle3.config import default_crosscheck_python, load_config
+from sglang_blackwell.bench.eagle3.config_section import ConfigError
 from sglang_blackwell.cli import main
 
 BENCHMARK = Path(__file__).resolve().parents[4] / "benchmark"

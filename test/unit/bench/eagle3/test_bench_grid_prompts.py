@@ -13,7 +13,8 @@ import pytest
 from bench_fakes import write_grid_config
 
 from sglang_blackwell.bench.eagle3 import prompts
-from sglang_blackwell.bench.eagle3.config import ConfigError, load_config
+from sglang_blackwell.bench.eagle3.config import load_config
+from sglang_blackwell.bench.eagle3.config_section import ConfigError
 
 MODELS = Path(__file__).resolve().parents[4] / "benchmark" / "models"
 

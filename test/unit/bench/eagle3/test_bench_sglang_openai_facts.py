@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from sglang_blackwell.bench.eagle3 import client
-from sglang_blackwell.bench.eagle3.config import Prompt
+from sglang_blackwell.bench.eagle3.config_workload import Prompt
 from sglang_blackwell.patchset.bases import get_base
 from sglang_blackwell.patchset.fetch import fetch
 

@@ -19,7 +19,7 @@ import pytest
 
 from sglang_blackwell.bench.eagle3 import client, runs_file, sglang_api, transport, vllm_api
 from sglang_blackwell.bench.eagle3.client import Endpoint, RequestError
-from sglang_blackwell.bench.eagle3.config import Prompt
+from sglang_blackwell.bench.eagle3.config_workload import Prompt
 from sglang_blackwell.errors import UserError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_blackwell.bench.eagle3.config import VerdictSpec
+from sglang_blackwell.bench.eagle3.config_verdict import VerdictSpec
 from sglang_blackwell.bench.eagle3.harness import interleaved
 from sglang_blackwell.bench.eagle3.verdict import aggregate, diagnose, evaluate, summary
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from sglang_blackwell.bench.eagle3 import launcher
-from sglang_blackwell.bench.eagle3.config import ConfigError, recorded_config
+from sglang_blackwell.bench.eagle3.config import recorded_config
+from sglang_blackwell.bench.eagle3.config_section import ConfigError
 from sglang_blackwell.bench.eagle3.receipt import build_receipt
 from sglang_blackwell.bench.eagle3.runs_file import RUN_SCHEMA, runs_from_files
 

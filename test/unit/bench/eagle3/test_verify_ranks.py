@@ -22,7 +22,7 @@ if str(TEST_ROOT) not in sys.path:
     sys.path.insert(0, str(TEST_ROOT))
 
 from sglang_blackwell.bench.eagle3 import profiling, runs_file, trace  # noqa: E402
-from sglang_blackwell.bench.eagle3.config import VerdictSpec  # noqa: E402
+from sglang_blackwell.bench.eagle3.config_verdict import VerdictSpec  # noqa: E402
 from sglang_blackwell.bench.eagle3.run_error import BenchRunError  # noqa: E402
 from sglang_blackwell.bench.eagle3.stats import median  # noqa: E402
 from sglang_blackwell.bench.eagle3.verdict import aggregate, evaluate, summary  # noqa: E402

@@ -1,0 +1,127 @@
+"""A benchmark config's `[verdict]` -> VerdictSpec: the baseline and speculative arms, the bars (min_ratio per
+concurrency, or per grid cell in grid mode), the fusion comparison, the accept-length and first-burst checks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config_arms import ArmSpec, check_arm
+from .config_section import Section
+from .config_workload import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class VerdictSpec:
+    baseline: str
+    speculative: tuple[str, ...]
+    min_ratio: dict[int, float]  # concurrency -> min EAGLE-3/baseline tok/s (worst spec vs best baseline)
+    fusion_on: str | None
+    fusion_off: str | None
+    min_fusion_gain: float | None  # 0.15: fusion-on verify (or round) >= 15% faster; None: report only
+    expect_accept_len: float | None
+    expect_break_even: float | None
+    accept_len_tolerance: float | None = None  # set: |measured - expect_accept_len| <= it is a verdict check
+    # grid mode: context -> concurrency -> min ratio (min_ratio is then empty)
+    grid_min_ratio: dict[int, dict[int, float]] = field(default_factory=dict)
+    first_burst_min_ratio: float | None = None  # grid mode: first-burst tok/s >= it x the same arm's warm tok/s
+
+
+def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec) -> VerdictSpec:
+    """The top level's (required) `verdict` table, its arms checked against `arms`, its cells against the
+    workload's."""
+    v = Section(top.path, "verdict", top.get("verdict", None, True),
+                {"baseline", "speculative", "min_ratio", "fusion", "min_fusion_gain", "expect_accept_len",
+                 "accept_len_tolerance", "expect_break_even", "first_burst_min_ratio"})
+    baseline = v.str_("baseline", required=True)
+    check_arm(v, "baseline", baseline, arms, speculative=False)
+    spec_arms = v.str_list("speculative", [a.name for a in arms.values() if a.speculative])
+    if not spec_arms:
+        raise v.error("speculative", "needs at least one speculative arm to compare against the baseline")
+    for a in spec_arms:
+        check_arm(v, "speculative", a, arms, speculative=True)
+    grid_min_ratio = _parse_grid_min_ratio(v, workload) if workload.grid else {}
+    min_ratio = {} if workload.grid else _parse_min_ratio(v, workload.concurrency)
+    fusion = v.str_list("fusion")
+    if fusion and len(fusion) != 2:
+        raise v.error("fusion", f"expected [\"<fusion-on arm>\", \"<fusion-off arm>\"], got {list(fusion)}")
+    for a in fusion:
+        check_arm(v, "fusion", a, arms, speculative=True)
+    min_fusion_gain = v.num("min_fusion_gain", None, min_=-1.0)
+    if min_fusion_gain is not None and not fusion:
+        raise v.error("min_fusion_gain", "set without verdict.fusion = [on_arm, off_arm]")
+    verdict = VerdictSpec(
+        baseline=baseline, speculative=spec_arms, min_ratio=min_ratio,
+        fusion_on=fusion[0] if fusion else None, fusion_off=fusion[1] if fusion else None,
+        min_fusion_gain=min_fusion_gain,
+        expect_accept_len=v.num("expect_accept_len", None, min_=1.0),
+        expect_break_even=v.num("expect_break_even", None, min_=0.0),
+        accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0),
+        grid_min_ratio=grid_min_ratio, first_burst_min_ratio=_first_burst_min_ratio(v, workload.grid))
+    if verdict.accept_len_tolerance is not None and verdict.expect_accept_len is None:
+        raise v.error("accept_len_tolerance", "needs expect_accept_len (the value it is a tolerance of)")
+    return verdict
+
+
+def _parse_min_ratio(v: Section, concurrency: tuple[int, ...]) -> dict[int, float]:
+    raw = v.get("min_ratio", None, True)
+    if not isinstance(raw, dict) or not raw:
+        raise v.error("min_ratio", "expected a table of <concurrency> = <ratio>, "
+                                   "e.g. min_ratio = { 1 = 1.3 }")
+    out: dict[int, float] = {}
+    for k, r in raw.items():
+        c = _int_key(v, f"min_ratio.{k}", k, "concurrency levels")
+        if c not in concurrency:
+            raise v.error(f"min_ratio.{k}",
+                          f"concurrency {c} is not in workload.concurrency {list(concurrency)}")
+        out[c] = _ratio(v, f"min_ratio.{k}", r)
+    return out
+
+
+def _ratio(v: Section, key: str, r: Any) -> float:
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+        raise v.error(key, f"expected a positive number, got {r!r}")
+    return float(r)
+
+
+def _int_key(sec: Section, key: str, k: str, what: str) -> int:
+    try:
+        return int(k)
+    except ValueError:
+        raise sec.error(key, f"keys are {what} (integers)") from None
+
+
+def _parse_grid_min_ratio(v: Section, w: WorkloadSpec) -> dict[int, dict[int, float]]:
+    """min_ratio = { <context> = { <concurrency> = <ratio> } }: every key one of the grid's."""
+    raw = v.get("min_ratio", None, True)
+    if not isinstance(raw, dict) or not raw:
+        raise v.error("min_ratio", "grid mode (workload.contexts): expected a table of <context> = { <concurrency> "
+                                   "= <ratio> }, e.g. min_ratio = { 256 = { 1 = 1.35 } }")
+    out: dict[int, dict[int, float]] = {}
+    for k, per_c in raw.items():
+        ctx = _int_key(v, f"min_ratio.{k}", k, "context lengths")
+        if ctx not in w.contexts:
+            raise v.error(f"min_ratio.{k}", f"context {ctx} is not in workload.contexts {list(w.contexts)}")
+        if not isinstance(per_c, dict) or not per_c:
+            raise v.error(f"min_ratio.{k}", f"expected a table of <concurrency> = <ratio> (grid mode), "
+                                            f"e.g. {k} = {{ 1 = 1.35 }}, got {per_c!r}")
+        out[ctx] = {}
+        for ck, r in per_c.items():
+            key = f"min_ratio.{k}.{ck}"
+            c = _int_key(v, key, ck, "concurrency levels")
+            if c not in w.concurrency:
+                raise v.error(key, f"concurrency {c} is not in workload.concurrency {list(w.concurrency)}")
+            out[ctx][c] = _ratio(v, key, r)
+    return out
+
+
+def _first_burst_min_ratio(v: Section, grid: bool) -> float | None:
+    r = v.num("first_burst_min_ratio", None, min_=0.0)
+    if r is None:
+        return None
+    if not grid:
+        raise v.error("first_burst_min_ratio", "grid mode only (needs workload.contexts)")
+    if not 0 < r <= 1:
+        raise v.error("first_burst_min_ratio", f"expected a number in (0, 1], got {r!r}")
+    return r
