@@ -1,68 +1,20 @@
-"""gpu_suite_receipt: the `lab-gpu-suite` receipt from a real pytest JUnit XML and the suite's facts file.
-
-The JUnit XML comes from running pytest for real on a small generated test module (pass, fail, skip, a fixture
-error, a teardown error). The facts are what test/gpu/labline records, written by hand (the GPU measurements
-are simulated: 2x H200, the lab target with 10 layers).
+"""gpu_suite_receipt: the `lab-gpu-suite` receipt from a real pytest JUnit XML (conftest's junit_xml:
+pass, fail, skip, a fixture error, a teardown error) and the suite's facts file. The facts are what test/gpu/labline
+records, written by hand (the GPU measurements are simulated: 2x H200, the lab target with 10 layers).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
-import pytest
 
 from sglang_blackwell import receipts
 from sglang_blackwell.qualify import gpu_suite_receipt as gr
+from sglang_blackwell.qualify import suite_receipt as sr
 
 MACHINE = {"gpu_name": "NVIDIA H200", "gpu_count": 2, "capability": "9.0", "links": "NVLink"}
 VERSIONS = {"sglang": "0.5.14+sm120.1", "flashinfer": "0.6.12+sm120.1", "torch": "2.11.0+cu130", "cuda": "13.0",
             "nccl": "2.28.9", "driver": "580.159.04"}
 INSTALLED = {"sglang": {"version": "0.5.14+sm120.1", "patches": ["P2", "P4", "P5", "P6"], "base": "0.5.14"}}
-
-
-@pytest.fixture(scope="module")
-def junit_xml(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("junit")
-    (d / "test_sample.py").write_text(textwrap.dedent("""
-        import pytest
-
-        @pytest.fixture
-        def broken():
-            raise RuntimeError("server did not start")
-
-        @pytest.fixture
-        def bad_teardown():
-            yield
-            raise RuntimeError("session left behind")
-
-        def test_ok():
-            pass
-
-        def test_ok_too():
-            pass
-
-        def test_fails():
-            assert 1 == 2, "fused kernel launched 18 times"
-
-        def test_skipped():
-            pytest.skip("deadline: 40 s left")
-
-        def test_fixture_error(broken):
-            pass
-
-        def test_teardown_error(bad_teardown):
-            pass
-    """))
-    xml = d / "junit.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(d / "test_sample.py"),
-                        f"--junitxml={xml}", "-o", "junit_family=xunit2"], cwd=d, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 1, r.stdout + r.stderr
-    return xml
 
 
 def facts(*, out_c: list[list[int]] | None = None, accept_off: float = 3.0476, verdict_ok: bool = True) -> dict:
@@ -83,18 +35,8 @@ def facts(*, out_c: list[list[int]] | None = None, accept_off: float = 3.0476, v
     }
 
 
-def test_parse_junit_from_a_real_pytest_run(junit_xml):
-    j = gr.parse_junit(junit_xml)
-    assert j["counts"] == {"passed": 2, "failed": 1, "error": 2, "skipped": 1}
-    by_name = {c["name"].split("::")[-1]: c for c in j["cases"]}
-    assert by_name["test_fails"]["outcome"] == "failed" and "18 times" in by_name["test_fails"]["message"]
-    assert by_name["test_fixture_error"]["outcome"] == "error"
-    assert by_name["test_teardown_error"]["outcome"] == "error"  # passed, then its teardown failed
-    assert by_name["test_skipped"]["outcome"] == "skipped" and "deadline" in by_name["test_skipped"]["message"]
-
-
 def test_receipt_summary_from_facts_and_junit(junit_xml):
-    r = gr.build_receipt(facts(), gr.parse_junit(junit_xml), pytest_rc=1, machine=MACHINE, versions=VERSIONS,
+    r = gr.build_receipt(facts(), sr.parse_junit(junit_xml), pytest_rc=1, machine=MACHINE, versions=VERSIONS,
                          installed=INSTALLED, command=["gpu_suite.sh"])
     assert receipts.validate_receipt(r) == []
     assert r["kind"] == "lab-gpu-suite" and r["base"] == "0.5.14" and r["tp"] == 2
@@ -132,7 +74,7 @@ def test_derived_values_follow_the_facts():
 
 
 def test_cli_writes_the_dated_receipt(tmp_path, junit_xml, monkeypatch):
-    monkeypatch.setattr(gr, "installed_stack", lambda: INSTALLED)
+    monkeypatch.setattr(sr, "installed_stack", lambda: INSTALLED)
     monkeypatch.setattr(receipts, "collect_versions", lambda: VERSIONS)
     from sglang_blackwell.box import nvidia_smi as nvidia
 
@@ -150,7 +92,7 @@ def test_cli_writes_the_dated_receipt(tmp_path, junit_xml, monkeypatch):
 
 
 def test_cli_without_junit_or_facts_still_writes_a_receipt(tmp_path, monkeypatch):
-    monkeypatch.setattr(gr, "installed_stack", lambda: {})
+    monkeypatch.setattr(sr, "installed_stack", lambda: {})
     monkeypatch.setattr(receipts, "collect_versions", lambda: VERSIONS)
     from sglang_blackwell.box import nvidia_smi as nvidia
 

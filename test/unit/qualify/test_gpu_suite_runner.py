@@ -72,7 +72,7 @@ def fake_lab(lab: dict) -> dict:
 
 
 def outcomes(lab: dict) -> dict[str, str]:
-    from sglang_blackwell.qualify.gpu_suite_receipt import parse_junit
+    from sglang_blackwell.qualify.suite_receipt import parse_junit
 
     return {c["name"].split(".")[-1]: c["outcome"] for c in
             parse_junit(lab["tmp"] / "out" / "gpu-suite-junit.xml")["cases"]}

@@ -1,6 +1,6 @@
-"""userpath_receipt: the `lab-userpath` receipt from a real pytest JUnit XML (the same generated run as
-test_gpu_suite_receipt: pass, fail, skip, a fixture error, a teardown error) and a facts file written by the
-user-path tests' own Facts class (test/gpu/userpath/userpath_env.py), with the GPU measurements simulated."""
+"""userpath_receipt: the `lab-userpath` receipt from a real pytest JUnit XML (conftest's junit_xml: pass,
+fail, skip, a fixture error, a teardown error) and a facts file written by the user-path tests' own Facts class
+(test/gpu/userpath/userpath_env.py), with the GPU measurements simulated."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 from sglang_blackwell import receipts
 from sglang_blackwell.box import nvidia_smi as nvidia
 from sglang_blackwell.qualify import gpu_suite_receipt as gr
+from sglang_blackwell.qualify import suite_receipt as sr
 from sglang_blackwell.qualify import userpath_receipt as ur
 
-from .test_gpu_suite_receipt import VERSIONS, junit_xml  # noqa: F401 - pytest fixture
+from .test_gpu_suite_receipt import VERSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "userpath"))
 import userpath_env  # noqa: E402
@@ -33,8 +34,8 @@ def facts(tmp_path: Path, grammar: str | None = "xgrammar") -> dict:
     return json.loads((tmp_path / "facts.json").read_text())
 
 
-def test_summary_has_what_the_issue_asks(tmp_path, junit_xml):  # noqa: F811
-    r = ur.build_receipt(facts(tmp_path), gr.parse_junit(junit_xml), pytest_rc=1, machine=MACHINE,
+def test_summary_has_what_the_issue_asks(tmp_path, junit_xml):
+    r = ur.build_receipt(facts(tmp_path), sr.parse_junit(junit_xml), pytest_rc=1, machine=MACHINE,
                          versions=VERSIONS, installed={})
     assert receipts.validate_receipt(r) == []
     s = r["summary"]
@@ -57,8 +58,8 @@ def test_passed_needs_every_test_passed_rc_0_and_a_real_grammar_backend(tmp_path
     assert empty["grammar_backend"] is None and empty["accept_len"] is None and empty["passed"] is False
 
 
-def test_cli_writes_the_dated_receipt_and_survives_a_run_cut_short(tmp_path, junit_xml, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(ur, "installed_stack", lambda: {})
+def test_cli_writes_the_dated_receipt_and_survives_a_run_cut_short(tmp_path, junit_xml, monkeypatch):
+    monkeypatch.setattr(sr, "installed_stack", lambda: {})
     monkeypatch.setattr(receipts, "collect_versions", lambda: VERSIONS)
     monkeypatch.setattr(nvidia, "machine", lambda: MACHINE)
     facts(tmp_path)
@@ -73,7 +74,7 @@ def test_cli_writes_the_dated_receipt_and_survives_a_run_cut_short(tmp_path, jun
     assert rc == 0 and "not written" in r["junit_missing"] and r["summary"]["passed"] is False
 
 
-def test_cli_refuses_a_foreign_facts_file(tmp_path, junit_xml, capsys):  # noqa: F811
+def test_cli_refuses_a_foreign_facts_file(tmp_path, junit_xml, capsys):
     bad = tmp_path / "facts.json"
     bad.write_text(json.dumps({"schema": gr.FACTS_SCHEMA}))  # the lab-line suite's, not ours
     assert ur.main(["--junit", str(junit_xml), "--facts", str(bad), "--out", str(tmp_path / "o")]) == 2

@@ -83,7 +83,7 @@ def run(lab: dict, *args: str, timeout: float = 400, **env: str) -> subprocess.C
 
 
 def outcomes(lab: dict) -> dict[str, str]:
-    from sglang_blackwell.qualify.gpu_suite_receipt import parse_junit
+    from sglang_blackwell.qualify.suite_receipt import parse_junit
 
     cases = parse_junit(lab["tmp"] / "out" / "userpath-junit.xml")["cases"]
     return {f"{c['name'].split('::')[0].rsplit('.', 1)[-1]}::{c['name'].split('::')[-1]}": c["outcome"]
