@@ -19,7 +19,6 @@ from . import gpu_suite_checks as checks
 from .suite_receipt import (
     SuiteReceipt,
     all_passed,
-    parse_junit,  # noqa: F401 - steps.py imports it from here until it takes suite_receipt's
     summary_counts,
 )
 

@@ -150,7 +150,7 @@ def gpu_test_targets(plan: Plan) -> tuple[list[str], dict[str, str]]:
 
 def step_gpu_tests(plan: Plan) -> StepResult:
     from .. import receipts
-    from .gpu_suite_receipt import parse_junit
+    from .suite_receipt import parse_junit
 
     if not plan.gpus:
         return skipped("gpu-tests", _no_gpu_reason(plan))
@@ -210,7 +210,8 @@ def judge_gpu_tests(junit: dict[str, Any], o: Outcome) -> tuple[str, str | None,
 
 def _labline_receipt(plan: Plan, junit: Path, labline_out: Path, rc: int | None) -> list[str]:
     from ..receipts import write_receipt
-    from .gpu_suite_receipt import build_receipt, load_facts, parse_junit, receipt_name
+    from .gpu_suite_receipt import build_receipt, load_facts, receipt_name
+    from .suite_receipt import parse_junit
 
     try:
         rec = build_receipt(load_facts(labline_out / "facts.json"), parse_junit(junit), pytest_rc=rc)
