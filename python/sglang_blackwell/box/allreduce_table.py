@@ -333,72 +333,91 @@ def _pick_nccl_profile(entry: Mapping[str, Any], tie_rel: float, why: list[str])
     return chosen
 
 
-def knobs_from_table(table: Mapping[str, Any], key: TopologyKey, *, tie_rel: float | None = None,
-                     lines: list[Base] | None = None) -> dict[str, Any]:
-    """The upstream-style knobs (env + server flags per sglang line) for the GPUs `key` names, and why.
+@dataclass(frozen=True)
+class _Measured:
+    """An entry's correct latencies as the decisions read them, {backend: {T: us}} per op; NCCL's come from the
+    recommended NCCL profile when profiles were measured."""
 
-    Decisions, in order (each maximizes the summed relative saving over the measured sizes, see
-    prefix_threshold): one-shot vs two-shot symm-mem; symm-mem vs NCCL (AR-only); FlashInfer fusion vs the
-    unfused path the runtime would take otherwise (AR via symm-mem or NCCL, then add+RMSNorm). The fused
-    latency at each size is FlashInfer's own one-/two-shot pick (sglang passes use_oneshot=None). NCCL numbers
-    come from the recommended NCCL profile when profiles were measured. `lines`: the base lines to say the
-    server flags and env of (default: every base in patches/).
-    """
-    lines = lines if lines is not None else list_bases()
-    ipc_lines = [b.name for b in lines if b.serving.has_pcie_ipc]
-    entry = table.get("entries", {}).get(key.key())
-    if entry is None:
-        known = ", ".join(sorted(table.get("entries", {}))) or "none"
-        return {"key": key.key(), "matched": False, "env": {}, "env_by_line": {},
-                "server_args": {b.name: [] for b in lines},
-                "nccl_profile": None, "decisions": {},
-                "why": [f"no table entry for {key.key()!r} (entries: {known}): upstream defaults apply"]}
-    tie = entry.get("tie_rel", DEFAULT_TIE_REL) if tie_rel is None else tie_rel
-    hidden, elem, ws = entry["hidden"], entry["elem_size"], entry["world_size"]
-    tokens = sorted(entry["tokens"])
-    nbytes = {t: t * hidden * elem for t in tokens}
+    tokens: list[int]
+    hidden: int
+    elem: int
+    world_size: int
+    ar: dict[str, dict[int, float]]
+    fused_op: dict[str, dict[int, float]]
+
+    @property
+    def nccl(self) -> dict[int, float]:
+        return self.ar.get("nccl", {})
+
+    @property
+    def nccl_norm(self) -> dict[int, float]:
+        return self.fused_op.get("nccl_norm", {})
+
+
+@dataclass(frozen=True)
+class _Thresholds:
+    """The largest token count each choice takes (0: never), as knobs_from_table decided them."""
+
+    symm_oneshot: int  # 1. symm-mem one-shot below, two-shot above
+    symm_mem: int  # 2. symm-mem vs NCCL for plain all-reduces
+    pcie_ipc: int  # 3. the PCIe-IPC all-reduce vs what plain all-reduces take otherwise
+    fusion: int  # 4. fusion vs the unfused runtime path
+    fusion_with_pcie_ipc: int  # 4. the same on lines whose unfused path is PCIe-IPC
+
+
+def _measured(entry: Mapping[str, Any], profile: str | None) -> _Measured:
     ar = {n: _t_map(v) for n, v in entry["ops"]["ar"]["latency_us"].items()}
     fused_op = {n: _t_map(v) for n, v in entry["ops"]["ar_rmsnorm"]["latency_us"].items()}
-    why: list[str] = [f"table entry {key.key()} (hidden {hidden}, {entry['dtype']}, "
-                      f"T={tokens[0]}..{tokens[-1]})"]
-
-    profile = _pick_nccl_profile(entry, tie, why)
     if profile is not None:
         for name, src in (("nccl", ar), ("nccl_norm", fused_op)):
             pl = _t_map(entry["nccl_profiles"][profile].get(name, {}))
             if pl and name in src:
                 src[name] = pl
-    nccl, nccl_norm = ar.get("nccl", {}), fused_op.get("nccl_norm", {})
+    return _Measured(sorted(entry["tokens"]), entry["hidden"], entry["elem_size"], entry["world_size"], ar,
+                     fused_op)
 
-    # 1. symm-mem one-shot below, two-shot above
-    one, two = ar.get("symm_oneshot"), ar.get("symm_twoshot")
+
+def _decide_symm_oneshot(m: _Measured, why: list[str]) -> int:
+    """1. symm-mem one-shot below the threshold, two-shot above."""
+    one, two = m.ar.get("symm_oneshot"), m.ar.get("symm_twoshot")
     if one and two:
-        t_one = prefix_threshold(tokens, one, two)
+        t_one = prefix_threshold(m.tokens, one, two)
         why.append(f"symm-mem one-shot up to T={t_one}, two-shot above (summed saving vs two-shot)")
     elif one:
-        t_one = tokens[-1]
+        t_one = m.tokens[-1]
         why.append("symm-mem: only one-shot measured correct, so one-shot at every size")
     else:
         t_one = 0
         why.append("symm-mem: one-shot not measured correct" + ("" if two else "; two-shot neither"))
-    symm = {t: (one[t] if one and t <= t_one and t in one else (two or {}).get(t))
-            for t in tokens}
-    symm = {t: v for t, v in symm.items() if v is not None}
+    return t_one
 
-    # 2. symm-mem vs NCCL for plain all-reduces
-    if symm and nccl:
-        t_symm = prefix_threshold(tokens, symm, nccl)
+
+def _symm_latency(m: _Measured, t_one: int) -> dict[int, float]:
+    """What symm-mem takes per size once one-shot/two-shot is decided."""
+    one, two = m.ar.get("symm_oneshot"), m.ar.get("symm_twoshot")
+    symm = {t: (one[t] if one and t <= t_one and t in one else (two or {}).get(t)) for t in m.tokens}
+    return {t: v for t, v in symm.items() if v is not None}
+
+
+def _decide_symm_mem(m: _Measured, symm: Mapping[int, float], why: list[str]) -> int:
+    """2. torch symm-mem vs NCCL for plain all-reduces."""
+    if symm and m.nccl:
+        t_symm = prefix_threshold(m.tokens, symm, m.nccl)
+        nbytes = {t: t * m.hidden * m.elem for t in m.tokens}
         why.append(f"torch symm-mem for all-reduces up to T={t_symm} ({nbytes.get(t_symm, 0)} B), NCCL above"
                    if t_symm else "torch symm-mem off: it does not beat NCCL from the smallest size up")
-    else:
-        t_symm = 0
-        why.append("torch symm-mem off: " + ("not measured correct here (see excluded backends)" if nccl
-                                             else "no NCCL measurement to compare with"))
+        return t_symm
+    why.append("torch symm-mem off: " + ("not measured correct here (see excluded backends)" if m.nccl
+                                         else "no NCCL measurement to compare with"))
+    return 0
 
-    # 3. (sglang >= 0.5.23) the PCIe-IPC all-reduce vs what plain all-reduces take otherwise
-    ipc = ar.get("fi_pcie_ipc", {})
-    plain = {t: v for t in tokens if (v := symm.get(t) if t <= t_symm else nccl.get(t)) is not None}
-    t_ipc = prefix_threshold(tokens, ipc, plain) if ipc and plain else 0
+
+def _decide_pcie_ipc(m: _Measured, symm: Mapping[int, float], t_symm: int, ipc_lines: list[str],
+                     why: list[str]) -> int:
+    """3. (sglang >= 0.5.23) the PCIe-IPC all-reduce vs what plain all-reduces take otherwise."""
+    ipc = m.ar.get("fi_pcie_ipc", {})
+    plain = {t: v for t in m.tokens if (v := symm.get(t) if t <= t_symm else m.nccl.get(t)) is not None}
+    t_ipc = prefix_threshold(m.tokens, ipc, plain) if ipc and plain else 0
     if t_ipc:
         why.append(f"PCIe-IPC all-reduce (sglang {', '.join(ipc_lines)}) for T <= {t_ipc}: at T={t_ipc} "
                    f"{ipc[t_ipc]:.2f} us vs {plain[t_ipc]:.2f} us; symm-mem / NCCL above")
@@ -406,27 +425,40 @@ def knobs_from_table(table: Mapping[str, Any], key: TopologyKey, *, tie_rel: flo
         why.append("PCIe-IPC all-reduce off: it does not beat symm-mem / NCCL from the smallest size up")
     else:
         why.append("PCIe-IPC all-reduce: not measured correct here (needs flashinfer >= 0.7.0, TP 2/4/8)")
+    return t_ipc
 
-    # 4. fusion vs the unfused runtime path (per line: on PCIe-IPC lines its unfused path differs)
-    def unfused(t: int, with_ipc: bool) -> float | None:
-        if with_ipc and t <= t_ipc:
-            return fused_op.get("fi_pcie_ipc_norm", {}).get(t)
-        if t <= t_symm:
-            v = fused_op.get("symm_oneshot_norm" if t <= t_one else "symm_twoshot_norm", {}).get(t)
-            if v is not None:
-                return v
-        return nccl_norm.get(t)
 
-    fused = {t: fused_op[n][t] for t in tokens
-             if (n := _fi_runtime_variant(t, hidden, elem, ws)) in fused_op and t in fused_op[n]}
+def _unfused_latency(m: _Measured, t: int, t_one: int, t_symm: int, t_ipc: int, with_ipc: bool) -> float | None:
+    """AR+residual+RMSNorm at `t` tokens the way the runtime does it unfused (the all-reduce it would take, then
+    add+RMSNorm); `with_ipc`: on a PCIe-IPC line."""
+    if with_ipc and t <= t_ipc:
+        return m.fused_op.get("fi_pcie_ipc_norm", {}).get(t)
+    if t <= t_symm:
+        v = m.fused_op.get("symm_oneshot_norm" if t <= t_one else "symm_twoshot_norm", {}).get(t)
+        if v is not None:
+            return v
+    return m.nccl_norm.get(t)
 
-    def fusion_threshold(with_ipc: bool) -> int:
-        base = {t: v for t in tokens if (v := unfused(t, with_ipc)) is not None}
-        return prefix_threshold(tokens, fused, base) if base else 0
 
-    t_fuse = fusion_threshold(False)
+def _fused_latency(m: _Measured) -> dict[int, float]:
+    """The fused op at each size as FlashInfer's own one-/two-shot pick (sglang passes use_oneshot=None)."""
+    return {t: m.fused_op[n][t] for t in m.tokens
+            if (n := _fi_runtime_variant(t, m.hidden, m.elem, m.world_size)) in m.fused_op and t in m.fused_op[n]}
+
+
+def _decide_fusion(m: _Measured, t_one: int, t_symm: int, t_ipc: int, ipc_lines: list[str],
+                   why: list[str]) -> tuple[int, int]:
+    """4. fusion vs the unfused runtime path, per line: on PCIe-IPC lines its unfused path differs.
+    (threshold, threshold on PCIe-IPC lines)."""
+    fused = _fused_latency(m)
+
+    def threshold(with_ipc: bool) -> int:
+        base = {t: v for t in m.tokens if (v := _unfused_latency(m, t, t_one, t_symm, t_ipc, with_ipc)) is not None}
+        return prefix_threshold(m.tokens, fused, base) if base else 0
+
+    t_fuse = threshold(False)
     if t_fuse:
-        base_at = unfused(t_fuse, False)
+        base_at = _unfused_latency(m, t_fuse, t_one, t_symm, t_ipc, False)
         why.append(f"FlashInfer AR+residual+RMSNorm fusion for T <= {t_fuse}: at T={t_fuse} "
                    f"{fused[t_fuse]:.2f} us vs unfused {base_at:.2f} us")
     else:
@@ -434,36 +466,92 @@ def knobs_from_table(table: Mapping[str, Any], key: TopologyKey, *, tie_rel: flo
                                                  if fused else "no fused backend measured correct"))
     t_fuse_ipc = t_fuse
     if t_ipc:
-        t_fuse_ipc = fusion_threshold(True)
+        t_fuse_ipc = threshold(True)
         if t_fuse_ipc != t_fuse:
             why.append(f"with PCIe-IPC the unfused path is PCIe-IPC + add+RMSNorm: fusion for T <= {t_fuse_ipc} "
                        f"on {', '.join(ipc_lines)}")
+    return t_fuse, t_fuse_ipc
 
-    env = {
-        ENV_FUSION_MAX_TOKENS: str(t_fuse),
-        ENV_SYMM_MAX: str((t_symm + 1) * hidden * elem if t_symm else 0),
-        ENV_SYMM_ONESHOT_MAX: str((min(t_one, t_symm) + 1) * hidden * elem if t_symm and t_one else 0),
+
+def _decide(m: _Measured, ipc_lines: list[str], why: list[str]) -> _Thresholds:
+    """The four decisions, in order, each maximizing the summed relative saving (see prefix_threshold)."""
+    t_one = _decide_symm_oneshot(m, why)
+    symm = _symm_latency(m, t_one)
+    t_symm = _decide_symm_mem(m, symm, why)
+    t_ipc = _decide_pcie_ipc(m, symm, t_symm, ipc_lines, why)
+    t_fuse, t_fuse_ipc = _decide_fusion(m, t_one, t_symm, t_ipc, ipc_lines, why)
+    return _Thresholds(t_one, t_symm, t_ipc, t_fuse, t_fuse_ipc)
+
+
+def _env(d: _Thresholds, m: _Measured) -> dict[str, str]:
+    """The P7 env knobs every line reads (the symm-mem sizes in bytes: one token past each threshold)."""
+    row = m.hidden * m.elem
+    return {
+        ENV_FUSION_MAX_TOKENS: str(d.fusion),
+        ENV_SYMM_MAX: str((d.symm_mem + 1) * row if d.symm_mem else 0),
+        ENV_SYMM_ONESHOT_MAX: str((min(d.symm_oneshot, d.symm_mem) + 1) * row
+                                  if d.symm_mem and d.symm_oneshot else 0),
     }
+
+
+def _per_line(d: _Thresholds, m: _Measured,
+              lines: list[Base]) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+    """(env_by_line, server_args): each line's own [serving] variables and flags for the decisions."""
     env_by_line: dict[str, dict[str, str]] = {}
     server_args = {}
     for b in lines:
-        fuse, s = t_fuse, b.serving
-        if t_ipc and s.has_pcie_ipc:
-            fuse = t_fuse_ipc
-            env_by_line[b.name] = {s.pcie_ipc_env: "1", s.pcie_ipc_max_numel_env: str(t_ipc * hidden)}
-            if t_fuse_ipc != t_fuse:
-                env_by_line[b.name][ENV_FUSION_MAX_TOKENS] = str(t_fuse_ipc)
+        fuse, s = d.fusion, b.serving
+        if d.pcie_ipc and s.has_pcie_ipc:
+            fuse = d.fusion_with_pcie_ipc
+            env_by_line[b.name] = {s.pcie_ipc_env: "1", s.pcie_ipc_max_numel_env: str(d.pcie_ipc * m.hidden)}
+            if d.fusion_with_pcie_ipc != d.fusion:
+                env_by_line[b.name][ENV_FUSION_MAX_TOKENS] = str(d.fusion_with_pcie_ipc)
         fusion_flags = s.fusion_on_flags if fuse else s.fusion_off_flags
-        server_args[b.name] = [*fusion_flags, *([SYMM_MEM_FLAG] if t_symm else [])]
+        server_args[b.name] = [*fusion_flags, *([SYMM_MEM_FLAG] if d.symm_mem else [])]
+    return env_by_line, server_args
+
+
+def _unmatched(table: Mapping[str, Any], key: TopologyKey, lines: list[Base]) -> dict[str, Any]:
+    known = ", ".join(sorted(table.get("entries", {}))) or "none"
+    return {"key": key.key(), "matched": False, "env": {}, "env_by_line": {},
+            "server_args": {b.name: [] for b in lines},
+            "nccl_profile": None, "decisions": {},
+            "why": [f"no table entry for {key.key()!r} (entries: {known}): upstream defaults apply"]}
+
+
+def knobs_from_table(table: Mapping[str, Any], key: TopologyKey, *, tie_rel: float | None = None,
+                     lines: list[Base] | None = None) -> dict[str, Any]:
+    """The upstream-style knobs (env + server flags per sglang line) for the GPUs `key` names, and why.
+
+    Decisions, in order (each maximizes the summed relative saving over the measured sizes, see
+    prefix_threshold): one-shot vs two-shot symm-mem; symm-mem vs NCCL (AR-only); the PCIe-IPC all-reduce vs
+    that; FlashInfer fusion vs the unfused path the runtime would take otherwise (AR via PCIe-IPC, symm-mem or
+    NCCL, then add+RMSNorm). The fused latency at each size is FlashInfer's own one-/two-shot pick (sglang passes
+    use_oneshot=None). NCCL numbers come from the recommended NCCL profile when profiles were measured. `lines`:
+    the base lines to say the server flags and env of (default: every base in patches/).
+    """
+    lines = lines if lines is not None else list_bases()
+    entry = table.get("entries", {}).get(key.key())
+    if entry is None:
+        return _unmatched(table, key, lines)
+    tie = entry.get("tie_rel", DEFAULT_TIE_REL) if tie_rel is None else tie_rel
+    tokens = sorted(entry["tokens"])
+    why: list[str] = [f"table entry {key.key()} (hidden {entry['hidden']}, {entry['dtype']}, "
+                      f"T={tokens[0]}..{tokens[-1]})"]
+    profile = _pick_nccl_profile(entry, tie, why)
+    m = _measured(entry, profile)
+    d = _decide(m, [b.name for b in lines if b.serving.has_pcie_ipc], why)
+    env_by_line, server_args = _per_line(d, m, lines)
     no_off = [b.name for b in lines if not b.serving.fusion_off_flags]
-    if not t_fuse and no_off:
+    if not d.fusion and no_off:
         why.append(f"{', '.join(no_off)} has no fusion-off flag; the env knob set to 0 turns it off on a "
                    "P7-patched server")
     return {
-        "key": key.key(), "matched": True, "env": env, "env_by_line": env_by_line, "server_args": server_args,
-        "nccl_profile": profile,
-        "decisions": {"fusion_max_tokens": t_fuse, "symm_mem_max_tokens": t_symm,
-                      "symm_mem_oneshot_max_tokens": min(t_one, t_symm), "pcie_ipc_max_tokens": t_ipc,
-                      "fusion_max_tokens_with_pcie_ipc": t_fuse_ipc, "hidden": hidden, "elem_size": elem},
+        "key": key.key(), "matched": True, "env": _env(d, m), "env_by_line": env_by_line,
+        "server_args": server_args, "nccl_profile": profile,
+        "decisions": {"fusion_max_tokens": d.fusion, "symm_mem_max_tokens": d.symm_mem,
+                      "symm_mem_oneshot_max_tokens": min(d.symm_oneshot, d.symm_mem),
+                      "pcie_ipc_max_tokens": d.pcie_ipc, "fusion_max_tokens_with_pcie_ipc": d.fusion_with_pcie_ipc,
+                      "hidden": m.hidden, "elem_size": m.elem},
         "why": why,
     }
