@@ -55,6 +55,7 @@ class Release:
     distribution: str
     version: str
     files: list[Artifact]
+    unhashed: tuple[str, ...] = ()  # the release's wheels that publish no sha256 (never in `files`)
 
 
 def pypi_url() -> str:
@@ -83,15 +84,21 @@ def _artifacts(entries: list[dict[str, Any]], base_url: str) -> list[Artifact]:
     return out
 
 
-def release(distribution: str, version: str | None = None) -> Release:
-    """The newest final release of `distribution` on PyPI (or `version`), with its wheels."""
-    url = f"{pypi_url()}/pypi/{distribution}/json"
+def _unhashed(entries: list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(u.get("filename", "") for u in entries if not u.get("yanked")
+                 and not (u.get("digests") or {}).get("sha256") and u.get("filename", "").endswith(".whl"))
+
+
+def release(distribution: str, version: str | None = None, index: str | None = None) -> Release:
+    """The newest final release of `distribution` on PyPI (or `version`), with its wheels (`index`: another
+    root serving PyPI's JSON API than pypi_url())."""
+    url = f"{(index or pypi_url()).rstrip('/')}/pypi/{distribution}/json"
     data = _get_json(url)
     releases = data.get("releases") or {}
     if version is not None:
         if version not in releases:
             raise UserError(f"{url}: {distribution} has no release {version!r}")
-        return Release(distribution, version, _artifacts(releases[version], url))
+        return Release(distribution, version, _artifacts(releases[version], url), _unhashed(releases[version]))
     candidates = []
     for v, entries in releases.items():
         try:
@@ -104,9 +111,9 @@ def release(distribution: str, version: str | None = None) -> Release:
         info = data.get("info", {}).get("version")
         if not info:
             raise UserError(f"{url}: no release with wheels")
-        return Release(distribution, info, _artifacts(data.get("urls", []), url))
+        return Release(distribution, info, _artifacts(data.get("urls", []), url), _unhashed(data.get("urls", [])))
     _, v, entries = max(candidates)
-    return Release(distribution, v, _artifacts(entries, url))
+    return Release(distribution, v, _artifacts(entries, url), _unhashed(entries))
 
 
 def pick_wheel(rel: Release, python: str | None = None, platform: str = "x86_64") -> Artifact:
