@@ -30,7 +30,6 @@ export PYTHONPATH=/tmp/site:$PWD/python
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglang-blackwell-bench.sid
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
-declare -F log >/dev/null || log() { echo "$*"; }
 end_leftover_session
 mkdir -p "$OUT/bench"
 echo "GPUs before: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"

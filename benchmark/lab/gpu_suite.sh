@@ -19,26 +19,14 @@
 # SGLB_PYTHON (python3), SGLB_PYTEST_WHEELS (.whl/pytest: wheels installed into SGLB_SITE when the image has no pytest).
 # Exit code: pytest's (0 = every test passed), 2 bad setting, 3 machine not prepared.
 set -u
-case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMMMEM=CUDA
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi
-export TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=${MAX_JOBS:-16}
-SITE=${SGLB_SITE:-/tmp/site}
-export PYTHONPATH=$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}
-OUT=${OUT:-/tmp/out}
-export SGLB_OUT=${SGLB_OUT:-/tmp/sglb-gpu-suite}
-export SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-480}
-export SGLB_LAB_TARGET=${SGLB_LAB_TARGET:-/tmp/lab/target} SGLB_LAB_DRAFT=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
-PY=${SGLB_PYTHON:-python3}
-export SGLB_PYTHON=$PY
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
+. "$(dirname "$0")/lib.sh"
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+suite_runner_env /tmp/sglb-gpu-suite 480
+export TORCH_SYMMMEM=CUDA  # torch symm-mem on its CUDA backend (as proven)
 WHEELS=${SGLB_PYTEST_WHEELS:-.whl/pytest}
-T0=$(date +%s)
-log() { echo "[gpu_suite $(( $(date +%s) - T0 ))s] $*"; }
-die() { log "$2"; exit "$1"; }
 
-[[ "$SGLB_DEADLINE_S" =~ ^[0-9]+$ ]] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: expected whole seconds"
-[ "$SGLB_DEADLINE_S" -ge 120 ] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: below 120 s not even one server fits"
+check_deadline 120
 [ -d test/gpu/labline ] && [ -d python/sglang_blackwell ] || die 2 "run from the sglang-blackwell repository root (no test/gpu/labline in $PWD)"
 case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
 command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with >= 2 NVIDIA GPUs"
@@ -67,8 +55,6 @@ fi
 
 # a server session an earlier, hard-killed call left behind: end it by its id (bench/server.py writes it)
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-gpu-suite.sid
-# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
-. "$(dirname "$0")/lib.sh"
 end_leftover_session
 rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
 log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET${SGLB_LAB_LAYERS:+ ($SGLB_LAB_LAYERS layers)}; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
@@ -80,7 +66,7 @@ timeout -k 20 $(( SGLB_DEADLINE_S + 60 )) "$PY" -m pytest test/gpu/labline -m gp
   --junitxml="$OUT/gpu-suite-junit.xml" -o junit_family=xunit2 "$@" 2>&1 | tee "$OUT/gpu-suite-pytest.log"
 rc=${PIPESTATUS[0]}
 log "pytest exit code $rc"
-end_leftover
+end_leftover_session
 log "GPU memory used after (MiB): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | tr '\n' ' ');" \
     "compute processes: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"
 "$PY" -m sglang_blackwell.qualify.gpu_suite_receipt --junit "$OUT/gpu-suite-junit.xml" --facts "$SGLB_OUT/facts.json" \

@@ -1,8 +1,45 @@
 # shellcheck shell=bash
-# Shared by the lab scripts (source it): end a server session a hard-killed earlier call left behind.
-# bench eagle3 writes the live server's session id to $SGLANG_BLACKWELL_BENCH_PIDFILE while it runs; a call killed
-# at its limit leaves the session (and its GPU memory) behind on the warm machine. The caller defines `log`.
+# Shared by the lab scripts (source it: `. "$(dirname "$0")/lib.sh"`; it travels with them, in the same folder):
+# the script's clock and its log lines, die, the --help from the script's header, the suite runners' deadline
+# check, and the end of a server session a hard-killed earlier call left behind.
 
+T0=$(date +%s)  # the calling script's clock starts when it sources this file
+LOG_TAG=$(basename "$0" .sh)
+
+# log MESSAGE...: "[<script> <seconds since T0>s] MESSAGE" on stdout
+log() { echo "[$LOG_TAG $(( $(date +%s) - T0 ))s] $*"; }
+
+# die CODE MESSAGE: log MESSAGE and exit with CODE
+die() { log "$2"; exit "$1"; }
+
+# usage: the calling script's header comment (its lines 2.. up to the first line that is not a comment)
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+
+# check_deadline MIN: SGLB_DEADLINE_S is whole seconds, at least MIN (what one server launch needs); exit 2 if not
+check_deadline() {
+  [[ "$SGLB_DEADLINE_S" =~ ^[0-9]+$ ]] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: expected whole seconds"
+  [ "$SGLB_DEADLINE_S" -ge "$1" ] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: below $1 s not even one server fits"
+}
+
+# suite_runner_env SGLB_OUT_DEFAULT SGLB_DEADLINE_S_DEFAULT: the environment of a GPU suite's one-call runner
+# (gpu_suite.sh, userpath.sh): the lab's rule for every process (no NVLink SHARP, no multicast, no NVLS), offline
+# hub, the JIT caches in /tmp/jit, PYTHONPATH with the repository's python/ and $SITE; sets SITE, OUT and PY
+suite_runner_env() {
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+  export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi
+  export TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=${MAX_JOBS:-16}
+  SITE=${SGLB_SITE:-/tmp/site}
+  export PYTHONPATH=$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}
+  OUT=${OUT:-/tmp/out}
+  export SGLB_OUT=${SGLB_OUT:-$1} SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-$2}
+  export SGLB_LAB_TARGET=${SGLB_LAB_TARGET:-/tmp/lab/target} SGLB_LAB_DRAFT=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
+  PY=${SGLB_PYTHON:-python3}
+  export SGLB_PYTHON=$PY
+}
+
+# end_leftover_session: bench eagle3 writes the live server's session id to $SGLANG_BLACKWELL_BENCH_PIDFILE while
+# it runs; a call killed at its limit leaves the session (and its GPU memory) behind on the warm machine
 end_leftover_session() {
   [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ] || return 0
   local sid p

@@ -27,8 +27,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CU
 export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi
 export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}
-T0=$(date +%s)
-log() { echo "[session $(( $(date +%s) - T0 ))s] $*"; }
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
 
 step1() {
@@ -107,5 +107,5 @@ bench() {  # install the bundle if this machine has not (carry .whl/c2), then N 
 case "${1:-}" in
   bench) bench; rc=$?; log "bench done: exit $rc"; ls -la "$OUT"; exit $rc ;;
   step1|step2|step3|step4|step5) "$1"; rc=$?; log "$1 done: exit $rc"; ls -la "$OUT"; exit $rc ;;
-  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+  *) usage; exit 2 ;;
 esac

@@ -25,8 +25,8 @@ export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi TVM_
 export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}
 CONFIG=benchmark/lab-kimi61-grid.toml
-T0=$(date +%s)
-log() { echo "[session_grid $(( $(date +%s) - T0 ))s] $*"; }
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
 
 stepA() {
@@ -75,7 +75,7 @@ case "${1:-}" in
   D) rm -rf /tmp/jit/triton-cold; arm_step eagle3-p8-p9-off D ;;
   E) PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 500 python3 benchmark/lab/verify_kernel_bench.py --out "$OUT" \
        --contexts 256 2048 8192 32768 --batch 1 4 16 --reps 10 2>&1 | tail -25 ;;
-  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+  *) usage; exit 2 ;;
 esac
 rc=$?
 log "step $1 done: exit $rc"

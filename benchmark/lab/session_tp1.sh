@@ -24,14 +24,14 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CU
 export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi
 export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}
-T0=$(date +%s)
-log() { echo "[session_tp1 $(( $(date +%s) - T0 ))s] $*"; }
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
 
 gen() {  # gen NAME OUTDIR ARGS...: one generator run, timed, its summary and stderr kept in /tmp/oA
   local name=$1 dir=$2; shift 2
   ( /usr/bin/time -v timeout 300 python3 benchmark/models/gen_lab_pair.py --out "$dir" --device cuda "$@" \
-      > /tmp/oA/gen-$name.json 2> /tmp/oA/gen-$name.err; echo "exit $?" >> /tmp/oA/gen-$name.err )
+      > "/tmp/oA/gen-$name.json" 2> "/tmp/oA/gen-$name.err"; echo "exit $?" >> "/tmp/oA/gen-$name.err" )
 }
 
 stepA() {
@@ -62,11 +62,11 @@ stepB() {
 }
 
 bench() {  # bench CONFIG TAG: one repeat of a bench eagle3 config, everything it wrote tarred into $OUT
-  local o=/tmp/o$2; rm -rf $o
-  OUT=$o DEADLINE=${DEADLINE:-470} bash benchmark/lab/bench_eagle3.sh "$1" --repeats 1 > /tmp/$2.log 2>&1
+  local o=/tmp/o$2; rm -rf "$o"
+  OUT=$o DEADLINE=${DEADLINE:-470} bash benchmark/lab/bench_eagle3.sh "$1" --repeats 1 > "/tmp/$2.log" 2>&1
   local rc=$?
-  log "$1: exit $rc"; tail -30 /tmp/$2.log
-  mv /tmp/$2.log $o/ 2>/dev/null
+  log "$1: exit $rc"; tail -30 "/tmp/$2.log"
+  mv "/tmp/$2.log" "$o/" 2>/dev/null
   tar -czf "$OUT/step$2.tar.gz" -C /tmp "o$2"
   return $rc
 }
@@ -76,7 +76,7 @@ case "${1:-}" in
   B) stepB ;;
   C) bench benchmark/lab-kimi61.toml C ;;
   C2) bench benchmark/lab-kimi61-exact.toml C2 ;;
-  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+  *) usage; exit 2 ;;
 esac
 rc=$?
 log "step $1 done: exit $rc"

@@ -38,8 +38,8 @@ export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}
 CONFIG=benchmark/lab-kimi61-tp2.toml
 PAIR=/tmp/lab61
-T0=$(date +%s)
-log() { echo "[session_tp2 $(( $(date +%s) - T0 ))s] $*"; }
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
+. "$(dirname "$0")/lib.sh"
 
 stepA() {
   local o=/tmp/oA; rm -rf "$o"; mkdir -p "$o"
@@ -119,7 +119,7 @@ case "${1:-}" in
   D|E|G) mkdir -p "$OUT"; bench "$1" ;;
   F) mkdir -p "$OUT"; stepF ;;
   check) check; exit $? ;;
-  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
+  *) usage; exit 2 ;;
 esac
 rc=$?
 log "step $1 done: exit $rc"

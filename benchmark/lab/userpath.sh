@@ -16,25 +16,12 @@
 # PROBE (1; 0: no launch-path probe).
 # Exit code: pytest's (0 = every test passed), 2 bad setting, 3 machine not prepared.
 set -u
-case "${1:-}" in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} FLASHINFER_WORKSPACE_BASE=/tmp/jit/fi
-export TVM_FFI_CACHE_DIR=/tmp/jit/tvmffi TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=${MAX_JOBS:-16}
-SITE=${SGLB_SITE:-/tmp/site}
-export PYTHONPATH=$PWD/python:$SITE${PYTHONPATH:+:$PYTHONPATH}
-OUT=${OUT:-/tmp/out}
-export SGLB_OUT=${SGLB_OUT:-/tmp/sglb-userpath}
-export SGLB_DEADLINE_S=${SGLB_DEADLINE_S:-420}
-export SGLB_LAB_TARGET=${SGLB_LAB_TARGET:-/tmp/lab/target} SGLB_LAB_DRAFT=${SGLB_LAB_DRAFT:-/tmp/lab/draft}
-PY=${SGLB_PYTHON:-python3}
-export SGLB_PYTHON=$PY
-T0=$(date +%s)
-log() { echo "[userpath $(( $(date +%s) - T0 ))s] $*"; }
-die() { log "$2"; exit "$1"; }
+# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
+. "$(dirname "$0")/lib.sh"
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+suite_runner_env /tmp/sglb-userpath 420
 
-[[ "$SGLB_DEADLINE_S" =~ ^[0-9]+$ ]] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: expected whole seconds"
-[ "$SGLB_DEADLINE_S" -ge 150 ] || die 2 "SGLB_DEADLINE_S=$SGLB_DEADLINE_S: below 150 s not even one server fits"
+check_deadline 150
 [ -d test/gpu/userpath ] && [ -d python/sglang_blackwell ] || die 2 "run from the sglang-blackwell repository root (no test/gpu/userpath in $PWD)"
 case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
 command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with an NVIDIA GPU"
@@ -47,15 +34,13 @@ ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c 
 
 # a server session an earlier, hard-killed call left behind: end it by its id (bench/eagle3/server.py writes it)
 export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-userpath.sid
-# shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
-. "$(dirname "$0")/lib.sh"
 end_leftover_session
 rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
 log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
 
 probe=
 if [ "${PROBE:-1}" = 1 ]; then  # CPU only (no GPU visible to it): it must not take GPU memory from the servers
-  CUDA_VISIBLE_DEVICES= timeout 150 "$PY" benchmark/lab/launch_path_probe.py --tokenizer "$SGLB_LAB_TARGET" \
+  CUDA_VISIBLE_DEVICES='' timeout 150 "$PY" benchmark/lab/launch_path_probe.py --tokenizer "$SGLB_LAB_TARGET" \
     --site "$SITE" --out "$SGLB_OUT/launch-path-probe.json" > "$SGLB_OUT/launch-path-probe.log" 2>&1 &
   probe=$!
 fi
@@ -64,7 +49,7 @@ timeout -k 20 $(( SGLB_DEADLINE_S + 60 )) "$PY" -m pytest test/gpu/userpath -m g
   --junitxml="$OUT/userpath-junit.xml" -o junit_family=xunit2 "$@" 2>&1 | tee "$OUT/userpath-pytest.log"
 rc=${PIPESTATUS[0]}
 log "pytest exit code $rc"
-end_leftover
+end_leftover_session
 if [ -n "$probe" ]; then
   wait "$probe"; log "launch-path probe: exit $? ($(tail -1 "$SGLB_OUT/launch-path-probe.log" | head -c 300))"
 fi

@@ -14,10 +14,13 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from labline_env import Deadline, Facts, LabConfig, Progress, model_config
+from labline_env import Facts, LabConfig, model_config
+
+if TYPE_CHECKING:
+    from suite_env import Deadline, Progress
 
 HERE = Path(__file__).resolve().parent
 
@@ -46,12 +49,12 @@ def lab() -> Lab:
         if not (d / "config.json").is_file():
             pytest.skip(f"{what}={d}: no config.json (generate the lab pair: benchmark/models/gen_lab_pair.py)")
     cfg.out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(cfg.out / "progress.log")
+    progress = cfg.progress()
     facts = Facts(cfg.out / "facts.json", cfg)
     facts.set("gpus_before_mib", gpus)
     progress(f"lab-line GPU suite: target {cfg.target}, draft {cfg.draft}, out {cfg.out}, deadline "
              f"{cfg.deadline_s:.0f} s; GPU memory used before: {gpus} MiB")
-    return Lab(cfg, Deadline(cfg.deadline_s), facts, progress, model_config(cfg.target))
+    return Lab(cfg, cfg.deadline(), facts, progress, model_config(cfg.target))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,9 +19,9 @@ import time
 import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labline_env import Deadline, LabConfig, Progress, model_config
+from labline_env import LabConfig, model_config
 
 from sglang_blackwell.bench.eagle3 import sglang_api, trace, trace_kernels
 from sglang_blackwell.bench.eagle3.server import (
@@ -34,6 +34,9 @@ from sglang_blackwell.bench.eagle3.server import (
 )
 from sglang_blackwell.box import nvidia_smi as nvidia
 from sglang_blackwell.qualify import gpu_suite_checks as checks
+
+if TYPE_CHECKING:
+    from suite_env import Deadline, Progress
 
 TP = checks.lab_tp()  # $SGLB_TP, default 2
 CUDA_GRAPH_MAX_BS = 16

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from userpath_env import (
@@ -25,11 +25,12 @@ from userpath_env import (
     STARTUP_TIMEOUT_S,
     WARM_STARTUP_S,
     Config,
-    Deadline,
     Facts,
-    Progress,
     grammar_backend_used,
 )
+
+if TYPE_CHECKING:
+    from suite_env import Deadline, Progress
 
 
 @dataclass
@@ -70,10 +71,10 @@ def env() -> Env:
         if not f.is_file():
             pytest.skip(f"{f}: missing (generate the lab pair: benchmark/models/gen_lab_pair.py)")
     cfg.out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(cfg.out / "progress.log")
+    progress = cfg.progress()
     progress(f"user-path GPU tests: target {cfg.target}, draft {cfg.draft}, out {cfg.out}, deadline "
              f"{cfg.deadline_s:.0f} s")
-    return Env(cfg, Deadline(cfg.deadline_s), Facts(cfg.out / "facts.json", cfg), progress)
+    return Env(cfg, cfg.deadline(), Facts(cfg.out / "facts.json", cfg), progress)
 
 
 @pytest.fixture(scope="session", autouse=True)

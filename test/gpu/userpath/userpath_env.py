@@ -13,24 +13,18 @@ collects this directory too (and deselects it: marker `gpu`).
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# the GPU suites' shared helpers (../lab_accept.py), importable wherever this module is imported from
+# the GPU suites' shared modules (../suite_env.py, ../lab_accept.py), importable wherever this one is imported from
 _GPU_TESTS = str(Path(__file__).resolve().parents[1])
 if _GPU_TESTS not in sys.path:
     sys.path.append(_GPU_TESTS)
-from lab_accept import draft_kind  # noqa: E402
+import suite_env  # noqa: E402
 
-T0 = time.monotonic()  # collection time: the suite's clock starts here
 FACTS_SCHEMA = "sglang-blackwell/userpath-facts/1"
-# every process the suite starts gets these (the lab's rule; harmless elsewhere)
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 # A user's launch at TP=1: tokenizer, default grammar backend, radix cache and decode CUDA graphs all left at their
 # defaults. Two flags differ from sglang's defaults, both for the lab: the bundle's kernel has no FA3 (sglang's
@@ -86,28 +80,12 @@ def grammar_backend_used(info: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Config:
-    target: Path
-    draft: Path
-    out: Path
-    deadline_s: float
-    python: str
-    draft_kind: str = "constructed"  # SGLB_LAB_DRAFT_KIND (lab_accept.KINDS)
+class Config(suite_env.SuiteConfig):
+    DEFAULT_OUT = "/tmp/sglb-userpath"
 
     @classmethod
     def from_env(cls) -> Config:
-        raw = os.environ.get("SGLB_DEADLINE_S", "480")
-        try:
-            deadline = float(raw)
-        except ValueError:
-            raise ValueError(f"SGLB_DEADLINE_S={raw!r}: expected seconds") from None
-        return cls(target=Path(os.environ.get("SGLB_LAB_TARGET", "/tmp/lab/target")),
-                   draft=Path(os.environ.get("SGLB_LAB_DRAFT", "/tmp/lab/draft")),
-                   out=Path(os.environ.get("SGLB_OUT", "/tmp/sglb-userpath")), deadline_s=deadline,
-                   python=os.environ.get("SGLB_PYTHON", sys.executable), draft_kind=draft_kind())
-
-    def child_env(self) -> dict[str, str]:
-        return {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1"}
+        return cls(**cls.common_from_env(suite_env.deadline_from_env()))
 
     def sglang_args(self, port: int, speculative: bool) -> list[str]:
         args = ["--model-path", str(self.target), "--host", "127.0.0.1", "--port", str(port), *USER_FLAGS]
@@ -120,45 +98,14 @@ class Config:
         return [self.python, "-m", "sglang_blackwell.cli", "serve", "--", *self.sglang_args(port, speculative)]
 
 
-class Deadline:
-    def __init__(self, total_s: float, t0: float = T0):
-        self.total_s, self.t0 = total_s, t0
-
-    def left(self) -> float:
-        return self.total_s - (time.monotonic() - self.t0)
-
-
-class Progress:
-    """Timestamped lines to the real stderr (pytest does not capture them) and to SGLB_OUT/progress.log."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __call__(self, msg: str) -> None:
-        line = f"[{time.monotonic() - T0:6.1f}s] {msg}"
-        print(line, file=sys.__stderr__, flush=True)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-
-
-class Facts:
-    """What the suite measured, saved to SGLB_OUT/facts.json after every update (temp file + rename): the
-    receipt (sglang_blackwell.qualify.userpath_receipt) is built from it and the JUnit XML."""
+class Facts(suite_env.FactsFile):
+    """The user-path suite's facts (suite_env.FactsFile): its config and one section per server. The receipt
+    (sglang_blackwell.qualify.userpath_receipt) is built from it and the JUnit XML."""
 
     def __init__(self, path: Path, config: Config):
-        self.path = path
-        self.data: dict[str, Any] = {"schema": FACTS_SCHEMA, "started_unix": round(time.time(), 1),
-                                     "config": {"target": str(config.target), "draft": str(config.draft),
-                                                "draft_kind": config.draft_kind, "deadline_s": config.deadline_s},
-                                     "servers": {}}
-        self.save()
+        super().__init__(path, FACTS_SCHEMA, {"target": str(config.target), "draft": str(config.draft),
+                                              "draft_kind": config.draft_kind, "deadline_s": config.deadline_s},
+                         servers={})
 
     def server(self, name: str) -> dict[str, Any]:
         return self.data["servers"].setdefault(name, {})
-
-    def save(self) -> None:
-        self.data["elapsed_s"] = round(time.monotonic() - T0, 1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name("." + self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
-        os.replace(tmp, self.path)

@@ -23,6 +23,8 @@ ROOT = TEST_ROOT.parent
 LAB = ROOT / "benchmark" / "lab"
 SCRIPTS = ["session_tp2.sh", "pack_parts.sh", "gpu_suite.sh", "serve_check.sh", "bench_eagle3.sh"]
 GRID_SCRIPTS = ["session_grid.sh", "first_burst_probe.sh"]  # the verify issue's lab session (TP=1)
+# the other scripts that source lib.sh (its log, die, usage, check_deadline, end_leftover_session)
+LIB_USERS = ["userpath.sh", "session_tp1.sh", "session.sh"]  # session.sh: parsed only
 MIB = 2**20
 
 
@@ -145,7 +147,7 @@ def test_session_script_help_and_check(tmp_path):
     assert r.returncode == 1
 
 
-@pytest.mark.parametrize("script", SCRIPTS + GRID_SCRIPTS)
+@pytest.mark.parametrize("script", SCRIPTS + GRID_SCRIPTS + LIB_USERS + ["lib.sh"])
 def test_scripts_parse(script):
     assert run("bash", "-n", str(LAB / script)).returncode == 0
 
@@ -156,5 +158,6 @@ def test_session_scripts_are_shellcheck_clean():
         exe = pip_tool(*SHELLCHECK)
     except ToolUnavailable as e:
         pytest.skip(str(e))
-    r = run(str(exe), "--severity=style", *(str(LAB / s) for s in [*SCRIPTS[:4], "lib.sh", *GRID_SCRIPTS]))
+    checked = [*SCRIPTS[:4], "lib.sh", *GRID_SCRIPTS, *LIB_USERS[:2]]
+    r = run(str(exe), "--severity=style", *(str(LAB / s) for s in checked))
     assert (r.returncode, r.stdout + r.stderr) == (0, "")

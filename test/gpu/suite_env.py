@@ -1,0 +1,113 @@
+"""What the GPU suites (labline/, userpath/) share of their configuration: the suite's clock, the environment rules
+every process they start gets, the settings both read from the environment, the deadline, the progress log and the
+facts file. Each suite's own module (labline/labline_env.py, userpath/userpath_env.py) puts this directory on
+sys.path, then subclasses SuiteConfig and FactsFile with its own variables, defaults and schema. Imports nothing
+heavy: CPU CI collects the GPU suites too (and deselects them: marker `gpu`).
+
+    SGLB_LAB_TARGET      target model dir (default /tmp/lab/target)
+    SGLB_LAB_DRAFT       EAGLE-3 draft dir (default /tmp/lab/draft)
+    SGLB_LAB_DRAFT_KIND  which draft that is (lab_accept.py): constructed (the default, exact) or miss
+    SGLB_OUT             the suite's artifacts (each suite's own default)
+    SGLB_DEADLINE_S      seconds from collection for the whole suite (default 480): what does not fit is skipped
+    SGLB_PYTHON          interpreter for the processes the suite starts (default: this one)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lab_accept import draft_kind
+
+T0 = time.monotonic()  # collection time of the suite: its clock starts here
+
+# every process a suite starts gets these (the lab's rule; harmless elsewhere): no NVLink SHARP, no multicast in
+# torch symmetric memory, no NVLS in NVSHMEM
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def deadline_from_env() -> float:
+    raw = os.environ.get("SGLB_DEADLINE_S", "480")
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"SGLB_DEADLINE_S={raw!r}: expected seconds") from None
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """The settings both suites read; a subclass names its SGLB_OUT default and the environment rules it adds."""
+
+    target: Path
+    draft: Path
+    out: Path
+    deadline_s: float
+    python: str
+    draft_kind: str = "constructed"  # SGLB_LAB_DRAFT_KIND (lab_accept.KINDS)
+    DEFAULT_OUT: ClassVar[str]
+    SAFE_ENV: ClassVar[dict[str, str]] = SAFE_ENV
+
+    @classmethod
+    def common_from_env(cls, deadline_s: float) -> dict[str, Any]:
+        """The shared fields, as keyword arguments of the subclass (SGLB_DEADLINE_S parsed by the caller, first)."""
+        return {"target": Path(os.environ.get("SGLB_LAB_TARGET", "/tmp/lab/target")),
+                "draft": Path(os.environ.get("SGLB_LAB_DRAFT", "/tmp/lab/draft")),
+                "out": Path(os.environ.get("SGLB_OUT", cls.DEFAULT_OUT)), "deadline_s": deadline_s,
+                "python": os.environ.get("SGLB_PYTHON", sys.executable), "draft_kind": draft_kind()}
+
+    def child_env(self) -> dict[str, str]:
+        return {**os.environ, **self.SAFE_ENV, "PYTHONUNBUFFERED": "1"}
+
+    def deadline(self) -> Deadline:
+        """SGLB_DEADLINE_S, counted from T0."""
+        return Deadline(self.deadline_s)
+
+    def progress(self) -> Progress:
+        return Progress(self.out / "progress.log")
+
+
+class Deadline:
+    def __init__(self, total_s: float, t0: float = T0):
+        self.total_s, self.t0 = total_s, t0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.total_s - self.elapsed()
+
+
+class Progress:
+    """Timestamped lines to the real stderr (pytest does not capture them) and to SGLB_OUT/progress.log."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.monotonic() - T0:6.1f}s] {msg}"
+        print(line, file=sys.__stderr__, flush=True)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+
+
+class FactsFile:
+    """What a suite measured, saved to SGLB_OUT/facts.json after every update (temp file + rename), so a run that
+    is cut off still leaves what it got: {schema, started_unix, config, <the suite's sections>, elapsed_s}."""
+
+    def __init__(self, path: Path, schema: str, config: dict[str, Any], **sections: Any):
+        self.path = path
+        self.data: dict[str, Any] = {"schema": schema, "started_unix": round(time.time(), 1), "config": config,
+                                     **sections}
+        self.save()
+
+    def save(self) -> None:
+        self.data["elapsed_s"] = round(time.monotonic() - T0, 1)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name("." + self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+        os.replace(tmp, self.path)
