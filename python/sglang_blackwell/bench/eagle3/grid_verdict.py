@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from . import summary_keys
 from .config_verdict import VerdictSpec
 from .crosscheck import line as crosscheck_line
 from .stats import median
@@ -279,12 +280,15 @@ COMPACT = ("context", "concurrency", "median_ratio", "first_burst_ratio", "accep
 
 
 def grid_summary(verdict: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...]) -> dict[str, Any]:
-    """The summary's grid keys: the first verdict arm's rows, compact, and the cells that passed / failed."""
+    """The summary's grid keys (summary_keys.GRID_SUMMARY): the first verdict arm's rows, compact, and the cells
+    that passed / failed."""
     arm = v.speculative[0]
     rows = [{k: t.get(k) for k in COMPACT} for t in verdict["table"] if t["arm"] == arm]
     label = [(f"{t['context']}x{t['concurrency']}", t["passed"]) for t in rows]
-    return {"contexts": list(contexts), "grid": rows, "first_burst_min_ratio": v.first_burst_min_ratio,
-            "grid_passed": [k for k, p in label if p is True], "grid_failed": [k for k, p in label if p is False]}
+    return {summary_keys.CONTEXTS: list(contexts), summary_keys.GRID: rows,
+            summary_keys.FIRST_BURST_MIN_RATIO: v.first_burst_min_ratio,
+            summary_keys.GRID_PASSED: [k for k, p in label if p is True],
+            summary_keys.GRID_FAILED: [k for k, p in label if p is False]}
 
 
 # ---- what --from-runs checks of a recorded grid run (the shape grid.measure_grid writes and this module reads)

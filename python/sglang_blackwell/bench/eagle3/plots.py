@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import summary_keys
+
 
 def available() -> bool:
     try:
@@ -34,8 +36,8 @@ def plot_receipt(receipt: dict[str, Any], stem: Path) -> list[Path]:
     agg = receipt["aggregate"]
     arms = list(agg)
     conc = [int(c) for c in receipt["workload"]["concurrency"]]
-    s = receipt["summary"]
-    title = f"{s['config']} on {s['machine']}, TP={s['tp']}"
+    summary = receipt["summary"]
+    title = f"{summary[summary_keys.CONFIG]} on {summary[summary_keys.MACHINE]}, TP={summary[summary_keys.TP]}"
     out = []
 
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(conc) * len(arms) / 2, 4))
@@ -58,7 +60,7 @@ def plot_receipt(receipt: dict[str, Any], stem: Path) -> list[Path]:
     ax.set_xticks(range(len(conc)), [str(c) for c in conc])
     ax.set_xlabel("concurrency")
     ax.set_ylabel("output tok/s (bar: median, whisker: min-max, dots: repeats)")
-    ax.set_title(title + ("  PASS" if receipt["summary"]["passed"] else "  FAIL"), fontsize=9)
+    ax.set_title(title + ("  PASS" if summary[summary_keys.PASSED] else "  FAIL"), fontsize=9)
     ax.legend(fontsize=8)
     out.append(_save(fig, stem.with_name(stem.name + "_tok_s.png")))
     plt.close(fig)
@@ -128,8 +130,8 @@ def plot_grid(receipt: dict[str, Any], path: Path, plt: Any) -> Path:
         ax.set_title(f"{arm} / baseline, warm" if arm else "no speculative arm measured", fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.05)
     s = receipt["summary"]
-    fig.suptitle(f"{s['config']} on {s['machine']}, TP={s['tp']}" + ("  PASS" if s["passed"] else "  FAIL"),
-                 fontsize=9, y=1.03)
+    fig.suptitle(f"{s[summary_keys.CONFIG]} on {s[summary_keys.MACHINE]}, TP={s[summary_keys.TP]}"
+                 + ("  PASS" if s[summary_keys.PASSED] else "  FAIL"), fontsize=9, y=1.03)
     saved = _save(fig, path)
     plt.close(fig)
     return saved

@@ -15,18 +15,28 @@ from typing import Any
 from ...errors import UserError
 from ...paths import marked_block, read_json, replace_marked_block, repo_root
 from ...receipts import validate_receipt
+from . import summary_keys
 
 KIND = "bench-eagle3"
 BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
 GRID_BEGIN, GRID_END = "<!-- bench-eagle3-grid:begin -->", "<!-- bench-eagle3-grid:end -->"
-COLUMNS = ("config", "machine", "TP", "server", "API", "EAGLE-3 / baseline, c=1", "tok/s c=1 (baseline)",
-           "TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "accept length", "break-even accept length",
-           "verify ms, fusion on / off", "verdict", "date", "receipt")
+# the results table's columns: the header, and the summary keys its cell shows (date and receipt: the envelope's)
+COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("config", (summary_keys.CONFIG,)), ("machine", (summary_keys.MACHINE,)), ("TP", (summary_keys.TP,)),
+    ("server", (summary_keys.ENGINE,)), ("API", (summary_keys.API,)),
+    ("EAGLE-3 / baseline, c=1", (summary_keys.SPEEDUP_C1,)),
+    ("tok/s c=1 (baseline)", (summary_keys.TOK_S_C1, summary_keys.BASELINE_TOK_S_C1)),
+    ("TTFT p50 ms", (summary_keys.TTFT_MS_P50,)), ("TPOT p50 ms", (summary_keys.TPOT_MS_P50,)),
+    ("ITL p99 ms", (summary_keys.ITL_MS_P99,)), ("accept length", (summary_keys.ACCEPT_LEN,)),
+    ("break-even accept length", (summary_keys.BREAK_EVEN_ACCEPT_LEN,)),
+    ("verify ms, fusion on / off", (summary_keys.VERIFY_MS_FUSION_ON, summary_keys.VERIFY_MS_FUSION_OFF)),
+    ("verdict", (summary_keys.PASSED,)), ("date", ()), ("receipt", ()))
+HEADERS = tuple(header for header, _ in COLUMNS)
 
 
 def server_label(r: dict[str, Any]) -> str:
     """summary.engine ("sglang 0.5.9", "vllm 0.18.0", ...); receipts from before it measured SGLang only."""
-    engine = r["summary"].get("engine")
+    engine = r["summary"].get(summary_keys.ENGINE)
     if engine:
         return str(engine)
     sg = r["versions"].get("sglang")
@@ -35,9 +45,11 @@ def server_label(r: dict[str, Any]) -> str:
 
 # summary keys added with the OpenAI client -> (verdict role, aggregate metric), read from the aggregate of a
 # receipt written before them (the same medians the summary now carries)
-_FROM_AGGREGATE = {"tok_s_c1": ("speculative", "tok_s"), "baseline_tok_s_c1": ("baseline", "tok_s"),
-                   "ttft_ms_p50": ("speculative", "ttft_ms"), "tpot_ms_p50": ("speculative", "tpot_ms"),
-                   "itl_ms_p99": ("speculative", "itl_ms_p99")}
+_FROM_AGGREGATE = {summary_keys.TOK_S_C1: ("speculative", "tok_s"),
+                   summary_keys.BASELINE_TOK_S_C1: ("baseline", "tok_s"),
+                   summary_keys.TTFT_MS_P50: ("speculative", "ttft_ms"),
+                   summary_keys.TPOT_MS_P50: ("speculative", "tpot_ms"),
+                   summary_keys.ITL_MS_P99: ("speculative", "itl_ms_p99")}
 
 
 def summary_value(r: dict[str, Any], key: str) -> Any:
@@ -113,39 +125,40 @@ def markdown_table(receipts: list[tuple[Path, dict[str, Any]]], *, latest_only: 
                    link_base: Path | None = None) -> str:
     receipts = [pr for pr in receipts if not is_grid(pr[1])]  # a grid has a block of its own (grid_markdown)
     rows = _latest(receipts) if latest_only else sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True)
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for p, r in rows:
         lines.append(_row(p, r, link_base))
     if not rows:
-        lines.append("| " + " | ".join(["(no receipts yet)"] + [""] * (len(COLUMNS) - 1)) + " |")
+        lines.append("| " + " | ".join(["(no receipts yet)"] + [""] * (len(HEADERS) - 1)) + " |")
     return "\n".join(lines)
 
 
 def _row(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
-    s = r["summary"]
     link = os.path.relpath(p, link_base) if link_base else p.name
-    v = {k: summary_value(r, k) for k in _FROM_AGGREGATE}
-    tok = "-" if v["tok_s_c1"] is None else f"{_f(v['tok_s_c1'], 1)} ({_f(v['baseline_tok_s_c1'], 1)})"
+    v = {key: summary_value(r, key) for _, keys in COLUMNS for key in keys}  # what the cells show, only that
+    tok_s, baseline_tok_s = v[summary_keys.TOK_S_C1], v[summary_keys.BASELINE_TOK_S_C1]
+    tok = "-" if tok_s is None else f"{_f(tok_s, 1)} ({_f(baseline_tok_s, 1)})"
     cells = [
-        str(s.get("config")), str(s.get("machine")), str(s.get("tp")), server_label(r),
-        str(s.get("api") or "generate"),  # receipts before the OpenAI client all used /generate
-        _f(s.get("speedup_c1"), 2, "x"), tok, _f(v["ttft_ms_p50"], 1), _f(v["tpot_ms_p50"]),
-        _f(v["itl_ms_p99"]), _f(s.get("accept_len")), _f(s.get("break_even_accept_len")),
-        f"{_f(s.get('verify_ms_fusion_on'), 3)} / {_f(s.get('verify_ms_fusion_off'), 3)}",
-        "pass" if s.get("passed") else "FAIL", r["created"][:10], f"[{p.name}]({link})",
+        str(v[summary_keys.CONFIG]), str(v[summary_keys.MACHINE]), str(v[summary_keys.TP]), server_label(r),
+        str(v[summary_keys.API] or "generate"),  # receipts before the OpenAI client all used /generate
+        _f(v[summary_keys.SPEEDUP_C1], 2, "x"), tok, _f(v[summary_keys.TTFT_MS_P50], 1),
+        _f(v[summary_keys.TPOT_MS_P50]), _f(v[summary_keys.ITL_MS_P99]), _f(v[summary_keys.ACCEPT_LEN]),
+        _f(v[summary_keys.BREAK_EVEN_ACCEPT_LEN]),
+        f"{_f(v[summary_keys.VERIFY_MS_FUSION_ON], 3)} / {_f(v[summary_keys.VERIFY_MS_FUSION_OFF], 3)}",
+        "pass" if v[summary_keys.PASSED] else "FAIL", r["created"][:10], f"[{p.name}]({link})",
     ]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
 def is_grid(r: dict[str, Any]) -> bool:
-    return isinstance(r["summary"].get("grid"), list)
+    return isinstance(r["summary"].get(summary_keys.GRID), list)
 
 
 def _latest(receipts: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, dict[str, Any]]]:
     """The newest receipt per (config, machine, engine): a peer's receipt is its own row, not a newer ours."""
     seen, kept = set(), []
     for p, r in sorted(receipts, key=lambda pr: pr[1]["created"], reverse=True):
-        key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r))
+        key = (r["summary"].get(summary_keys.CONFIG), r["summary"].get(summary_keys.MACHINE), _engine(r))
         if key not in seen:
             seen.add(key)
             kept.append((p, r))
@@ -169,11 +182,13 @@ def grid_section(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
                                      if heat.name in (r.get("plots") or []) else "")
     arm = judged_arm(r)
     conc = [int(c) for c in r["workload"]["concurrency"]]
-    by = {(int(t["context"]), int(t["concurrency"])): t for t in s["grid"]}
-    lines = [f"**{s.get('config')}**: {s.get('machine')}, TP {s.get('tp')}, {server_label(r)}, {arm} / baseline "
-             f"(warm, first burst), verdict {'pass' if s.get('passed') else 'FAIL'}, {r['created'][:10]}: {links}",
+    by = {(int(t["context"]), int(t["concurrency"])): t for t in s[summary_keys.GRID]}
+    verdict = "pass" if s.get(summary_keys.PASSED) else "FAIL"
+    lines = [f"**{s.get(summary_keys.CONFIG)}**: {s.get(summary_keys.MACHINE)}, TP {s.get(summary_keys.TP)}, "
+             f"{server_label(r)}, {arm} / baseline (warm, first burst), verdict {verdict}, {r['created'][:10]}: "
+             f"{links}",
              "", "| context | " + " | ".join(f"c={c}" for c in conc) + " |", "|---|" + "---|" * len(conc)]
-    for ctx in s["contexts"]:
+    for ctx in s[summary_keys.CONTEXTS]:
         cells = [grid_cell(by[(int(ctx), c)]) if (int(ctx), c) in by else "-" for c in conc]
         lines.append(f"| {int(ctx)} | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
@@ -192,7 +207,8 @@ def grid_markdown(receipts: list[tuple[Path, dict[str, Any]]], *, link_base: Pat
     judging another arm, e.g. with a patch off, is a section of its own), newest first."""
     seen, kept = set(), []
     for p, r in sorted([pr for pr in receipts if is_grid(pr[1])], key=lambda pr: pr[1]["created"], reverse=True):
-        key = (r["summary"].get("config"), r["summary"].get("machine"), _engine(r), judged_arm(r))
+        key = (r["summary"].get(summary_keys.CONFIG), r["summary"].get(summary_keys.MACHINE), _engine(r),
+               judged_arm(r))
         if key not in seen:
             seen.add(key)
             kept.append((p, r))

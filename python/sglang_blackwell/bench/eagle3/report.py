@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import grid_verdict
+from . import grid_verdict, summary_keys
 from .window import fmt as _fmt
 
 
 def report_text(receipt: dict[str, Any]) -> str:
     s = receipt["summary"]
-    lines = [f"bench eagle3 {s['config']} on {s['machine']}, TP={s['tp']} ({receipt['mode']}, "
-             f"api {receipt['workload'].get('api', 'generate')})"]
+    lines = [f"bench eagle3 {s[summary_keys.CONFIG]} on {s[summary_keys.MACHINE]}, TP={s[summary_keys.TP]} "
+             f"({receipt['mode']}, api {receipt['workload'].get('api', 'generate')})"]
     if receipt["workload"].get("contexts"):
         lines.append(f"(grid: this table is context {receipt['workload']['contexts'][0]}, the smallest; "
                      "every cell below)")
@@ -56,7 +56,7 @@ def report_text(receipt: dict[str, Any]) -> str:
         lines.append(f"  {ctx}c={t['concurrency']} {t['arm']}: median ratio {t['median_ratio']:.3f}, accept "
                      f"{_fmt(t['accept_len'])}, break-even {_fmt(t['break_even_accept_len'])} "
                      f"(round {_fmt(t['round_ms'])} ms / decode {_fmt(t['decode_ms'])} ms)")
-    if "grid" in receipt["summary"]:
+    if summary_keys.GRID in s:
         lines += grid_verdict.report_lines(receipt)
     f = v.get("fusion")
     if f:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import summary_keys
 from .config_verdict import VerdictSpec
 from .stats import median
 
@@ -328,9 +329,10 @@ def fusion_comparison(agg: dict[str, Any], v: VerdictSpec,
 def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, machine: str, tp: int,
             config: str, api: str = "generate", engine: str | None = None,
             target_layers: int | None = None) -> dict[str, Any]:
-    """The small, comparable block every receipt of this kind carries. The latency keys are of the verdict's
-    (first) speculative arm at concurrency 1: the median over repeats of each run's p50 (ttft, tpot) or p99
-    (itl); tok_s_c1 and baseline_tok_s_c1 are median output tok/s over repeats."""
+    """The small, comparable block every receipt of this kind carries: summary_keys.SUMMARY's keys (what each
+    means is said there), in its order. The latency keys are of the verdict's (first) speculative arm at
+    concurrency 1: the median over repeats of each run's p50 (ttft, tpot) or p99 (itl); tok_s_c1 and
+    baseline_tok_s_c1 are median output tok/s over repeats."""
     arm = v.speculative[0]
     c1 = next((k for k in verdict["checks"] if k["concurrency"] == 1 and k["arm"] == arm
                and k.get("kind") != "accept_len"), None)
@@ -347,29 +349,41 @@ def summary(agg: dict[str, Any], verdict: dict[str, Any], v: VerdictSpec, *, mac
         m = _median(_vals(agg, a, 1, metric))
         return round(m, 4) if m is not None else None
 
+    verify_basis = ("every rank, waits for the other rank removed" if robust else "rank 0 GPU window"
+                    if f.get("verify_ms_on") is not None or f.get("verify_ms_off") is not None else None)
     return {
-        "machine": machine, "tp": tp, "config": config,
-        "speedup_c1": round(c1["median_ratio"], 4) if c1.get("median_ratio") is not None else None,
-        "accept_len": c1.get("accept_len"), "break_even_accept_len": c1.get("break_even_accept_len"),
-        "expect_accept_len": v.expect_accept_len, "accept_len_tolerance": v.accept_len_tolerance,
-        "target_layers": target_layers,
+        summary_keys.MACHINE: machine,
+        summary_keys.TP: tp,
+        summary_keys.CONFIG: config,
+        summary_keys.SPEEDUP_C1: round(c1["median_ratio"], 4) if c1.get("median_ratio") is not None else None,
+        summary_keys.ACCEPT_LEN: c1.get("accept_len"),
+        summary_keys.BREAK_EVEN_ACCEPT_LEN: c1.get("break_even_accept_len"),
+        summary_keys.EXPECT_ACCEPT_LEN: v.expect_accept_len,
+        summary_keys.ACCEPT_LEN_TOLERANCE: v.accept_len_tolerance,
+        summary_keys.TARGET_LAYERS: target_layers,
         # both arms with every rank's traces: the verify time with the waits for the other rank removed; else
         # rank 0's GPU window (receipts before it, a server whose other ranks wrote no trace)
-        "verify_ms_fusion_on": f.get("verify_ms_robust_on") if robust else f.get("verify_ms_on"),
-        "verify_ms_fusion_off": f.get("verify_ms_robust_off") if robust else f.get("verify_ms_off"),
-        "verify_ms_basis": ("every rank, waits for the other rank removed" if robust else "rank 0 GPU window"
-                            if f.get("verify_ms_on") is not None or f.get("verify_ms_off") is not None else None),
-        "verify_ms_rank0_fusion_on": f.get("verify_ms_on"), "verify_ms_rank0_fusion_off": f.get("verify_ms_off"),
-        "fused_call_us_p50": f.get("fused_call_us_p50"), "unfused_call_us_p50": f.get("unfused_call_us_p50"),
-        "fused_ar_per_verify": f.get("fused_ar_per_verify"),
-        "fusion_saving_predicted_ms": f.get("saving_predicted_ms"),
-        "fusion_saving_measured_ms": f.get("saving_measured_ms"), "fusion_saving_ratio": f.get("saving_ratio"),
-        "round_ms_fusion_on": f.get("round_ms_on"), "round_ms_fusion_off": f.get("round_ms_off"),
-        "verify_allreduce_norm_ms_fusion_on": f.get("verify_allreduce_norm_ms_on"),
-        "verify_allreduce_norm_ms_fusion_off": f.get("verify_allreduce_norm_ms_off"),
-        "api": api, "engine": engine,
-        "tok_s_c1": at_c1(arm, "tok_s"), "baseline_tok_s_c1": at_c1(v.baseline, "tok_s"),
-        "ttft_ms_p50": at_c1(arm, "ttft_ms"), "tpot_ms_p50": at_c1(arm, "tpot_ms"),
-        "itl_ms_p99": at_c1(arm, "itl_ms_p99"),
-        "passed": verdict["passed"],
+        summary_keys.VERIFY_MS_FUSION_ON: f.get("verify_ms_robust_on") if robust else f.get("verify_ms_on"),
+        summary_keys.VERIFY_MS_FUSION_OFF: f.get("verify_ms_robust_off") if robust else f.get("verify_ms_off"),
+        summary_keys.VERIFY_MS_BASIS: verify_basis,
+        summary_keys.VERIFY_MS_RANK0_FUSION_ON: f.get("verify_ms_on"),
+        summary_keys.VERIFY_MS_RANK0_FUSION_OFF: f.get("verify_ms_off"),
+        summary_keys.FUSED_CALL_US_P50: f.get("fused_call_us_p50"),
+        summary_keys.UNFUSED_CALL_US_P50: f.get("unfused_call_us_p50"),
+        summary_keys.FUSED_AR_PER_VERIFY: f.get("fused_ar_per_verify"),
+        summary_keys.FUSION_SAVING_PREDICTED_MS: f.get("saving_predicted_ms"),
+        summary_keys.FUSION_SAVING_MEASURED_MS: f.get("saving_measured_ms"),
+        summary_keys.FUSION_SAVING_RATIO: f.get("saving_ratio"),
+        summary_keys.ROUND_MS_FUSION_ON: f.get("round_ms_on"),
+        summary_keys.ROUND_MS_FUSION_OFF: f.get("round_ms_off"),
+        summary_keys.VERIFY_ALLREDUCE_NORM_MS_FUSION_ON: f.get("verify_allreduce_norm_ms_on"),
+        summary_keys.VERIFY_ALLREDUCE_NORM_MS_FUSION_OFF: f.get("verify_allreduce_norm_ms_off"),
+        summary_keys.API: api,
+        summary_keys.ENGINE: engine,
+        summary_keys.TOK_S_C1: at_c1(arm, "tok_s"),
+        summary_keys.BASELINE_TOK_S_C1: at_c1(v.baseline, "tok_s"),
+        summary_keys.TTFT_MS_P50: at_c1(arm, "ttft_ms"),
+        summary_keys.TPOT_MS_P50: at_c1(arm, "tpot_ms"),
+        summary_keys.ITL_MS_P99: at_c1(arm, "itl_ms_p99"),
+        summary_keys.PASSED: verdict["passed"],
     }
