@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sglang_blackwell.artifacts.wheel import make_record
+from support.fake_base import Patched, render_base, wheel_pin
 
 PATCH_TEMPLATE = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: Test Author <test@example.invalid>
@@ -196,26 +197,9 @@ def tiny_base(tmp_path, server, monkeypatch):
     patches = tmp_path / "patches"
     base = patches / "9.9.9"
     (base / "sglang").mkdir(parents=True)
-    (base / "base.toml").write_text(f"""
-[base]
-name = "9.9.9"
-default = true
-role = "test base"
-local_label = "sm120.7"
-cuda = "13.0"
-
-[[patched]]
-package = "sglang"
-distribution = "sglang"
-version = "0.0.1"
-requires_rewrite = {{ "flashinfer_python" = "flashinfer_python==0.6.4" }}
-
-[[patched.files]]
-filename = "{whl.name}"
-url = "{server.url}/{whl.name}"
-sha256 = "{sha256(whl)}"
-size = {whl.stat().st_size}
-""")
+    (base / "base.toml").write_text(render_base(patched=[Patched(
+        "sglang", "sglang", "0.0.1", [wheel_pin(whl, server.url)],
+        requires_rewrite={"flashinfer_python": "flashinfer_python==0.6.4"})]))
     (base / "sglang" / "0001-gate-accepts-12.patch").write_text(gate_patch())
     (base / "sglang" / "series").write_text("# test series\n0001-gate-accepts-12.patch\n")
     monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(patches))

@@ -13,6 +13,7 @@ from pathlib import Path
 from sglang_blackwell.artifacts.index import build_index
 from sglang_blackwell.patchset.bases import load_base
 from sglang_blackwell.patchset.labellock import write_lock
+from support.fake_base import Patched, Runtime, render_base, wheel_pin
 from support.wheel_world import PATCH_TEMPLATE, gate_patch, make_wheel, sha256
 
 KERNEL_FILES = {  # the sglang-kernel 0.4.4 layout, with incompressible stand-in libraries
@@ -128,43 +129,11 @@ def make_world(tmp_path: Path, server, lib_size: int = 150_000) -> BundleWorld:
     base = patches / "9.9.9"
     (base / "sglang").mkdir(parents=True)
     (base / "flashinfer").mkdir(parents=True)
-    (base / "base.toml").write_text(f"""
-[base]
-name = "9.9.9"
-default = true
-role = "test base"
-local_label = "sm120.7"
-cuda = "13.0"
-
-[[patched]]
-package = "sglang"
-distribution = "sglang"
-version = "0.0.1"
-
-[[patched.files]]
-filename = "{sg.name}"
-url = "{server.url}/{sg.name}"
-sha256 = "{sha256(sg)}"
-size = {sg.stat().st_size}
-
-[[patched]]
-package = "flashinfer"
-distribution = "flashinfer-python"
-version = "0.0.2"
-
-[[patched.files]]
-filename = "{fi.name}"
-url = "{server.url}/{fi.name}"
-sha256 = "{sha256(fi)}"
-size = {fi.stat().st_size}
-
-[[runtime]]
-name = "sglang-kernel"
-version = "0.0.1"
-requirement = "sglang-kernel==0.0.1"
-index_url = "{server.url}"
-files = [{{ filename = "{kw.name}", url = "{server.url}/{kw.name}", sha256 = "{sha256(kw)}" }}]
-""")
+    (base / "base.toml").write_text(render_base(
+        patched=[Patched("sglang", "sglang", "0.0.1", [wheel_pin(sg, server.url)]),
+                 Patched("flashinfer", "flashinfer-python", "0.0.2", [wheel_pin(fi, server.url)])],
+        runtime=[Runtime("sglang-kernel", "0.0.1", "sglang-kernel==0.0.1", server.url,
+                         [{"filename": kw.name, "url": f"{server.url}/{kw.name}", "sha256": sha256(kw)}])]))
     (base / "sglang" / "0001-gate-accepts-12.patch").write_text(gate_patch())
     (base / "sglang" / "series").write_text("0001-gate-accepts-12.patch\n")
     (base / "flashinfer" / "0001-norm-tag.patch").write_text(norm_patch())

@@ -28,6 +28,7 @@ from sglang_blackwell.artifacts.lock import Lock, LockEntry, Outside, inputs_dig
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, load_base
 from sglang_blackwell.patchset.labellock import write_lock
+from support.fake_base import Patched, Runtime, render_base, wheel_pin
 from support.wheel_world import ORIGINAL, gate_patch, make_wheel, sha256
 
 from .bundle_fixtures import NORM_CU, norm_patch
@@ -64,40 +65,13 @@ def _world(tmp: Path, server, monkeypatch) -> tuple[Path, list[Path], str]:
     base = tmp / "patches" / "9.9.9"
     (base / "sglang").mkdir(parents=True)
     (base / "flashinfer").mkdir()
-    patched = "".join(f"""
-[[patched]]
-package = "{pkg}"
-distribution = "{dist}"
-version = "{ver}"
-
-[[patched.files]]
-filename = "{w.name}"
-url = "{server.url}/{w.name}"
-sha256 = "{sha256(w)}"
-size = {w.stat().st_size}
-""" for pkg, dist, ver, w in (("sglang", "sglang", "0.0.1", sg), ("flashinfer", "flashinfer-python", "0.0.2", fi)))
-    (base / "base.toml").write_text(f"""
-[base]
-name = "9.9.9"
-default = true
-role = "test base"
-local_label = "sm120.7"
-cuda = "13.0"
-{patched}
-[[runtime]]
-name = "torch"
-version = "2.9.1+cu130"
-requirement = "torch==2.9.1+cu130"
-index_url = "{server.url}/simple/"
-files = [{{ filename = "{torch.name}", sha256 = "unknown" }}]
-
-[[runtime]]
-name = "sgl-kernel"
-version = "0.3.21+cu130"
-requirement = "sgl-kernel @ {server.url}/{KERNEL}"
-index_url = "{server.url}/simple/"
-files = [{{ filename = "{KERNEL}", url = "{server.url}/{KERNEL}", sha256 = "{sha256(kernel)}" }}]
-""")
+    (base / "base.toml").write_text(render_base(
+        patched=[Patched("sglang", "sglang", "0.0.1", [wheel_pin(sg, server.url)]),
+                 Patched("flashinfer", "flashinfer-python", "0.0.2", [wheel_pin(fi, server.url)])],
+        runtime=[Runtime("torch", "2.9.1+cu130", "torch==2.9.1+cu130", f"{server.url}/simple/",
+                         [{"filename": torch.name, "sha256": "unknown"}]),
+                 Runtime("sgl-kernel", "0.3.21+cu130", f"sgl-kernel @ {server.url}/{KERNEL}", f"{server.url}/simple/",
+                         [{"filename": KERNEL, "url": f"{server.url}/{KERNEL}", "sha256": sha256(kernel)}])]))
     (base / "sglang" / "0001-gate-accepts-12.patch").write_text(gate_patch())
     (base / "sglang" / "series").write_text("0001-gate-accepts-12.patch\n")
     (base / "flashinfer" / "0001-norm-tag.patch").write_text(norm_patch())

@@ -31,6 +31,7 @@ from sglang_blackwell.cli import main as cli_main
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, list_bases, load_base
 from sglang_blackwell.patchset.labellock import write_lock
+from support.fake_base import Patched, Runtime, render_base, wheel_pin
 from support.wheel_world import ORIGINAL, Server, gate_patch, make_wheel, pip_sees_only, sha256
 
 REPO = Path(__file__).resolve().parents[3]
@@ -76,39 +77,11 @@ def _world(tmp_path: Path, server, monkeypatch, torch_index=None) -> Path:
                     {"sglang/__init__.py": b"", "sglang/gate.py": ORIGINAL}, requires=reqs)
     base = tmp_path / "patches" / "9.9.9"
     (base / "sglang").mkdir(parents=True)
-    torch_pin = f"""
-[[runtime]]
-name = "torch"
-version = "2.0.0+cu999"
-requirement = "torch==2.0.0+cu999"
-index_url = "{torch_index.url}/simple/"
-""" if outside else ""
-    (base / "base.toml").write_text(f"""
-[base]
-name = "9.9.9"
-default = true
-role = "test base"
-local_label = "sm120.7"
-cuda = "13.0"
-
-[[patched]]
-package = "sglang"
-distribution = "sglang"
-version = "0.0.1"
-
-[[patched.files]]
-filename = "{sg.name}"
-url = "{server.url}/{sg.name}"
-sha256 = "{sha256(sg)}"
-size = {sg.stat().st_size}
-{torch_pin}
-[[runtime]]
-name = "sglang-kernel"
-version = "0.0.1"
-requirement = "sglang-kernel==0.0.1"
-index_url = "{server.url}/simple/"
-files = [{{ filename = "{kw.name}", sha256 = "{sha256(kw)}" }}]
-""")
+    torch_pin = [Runtime("torch", "2.0.0+cu999", "torch==2.0.0+cu999", f"{torch_index.url}/simple/")] if outside else []
+    (base / "base.toml").write_text(render_base(
+        patched=[Patched("sglang", "sglang", "0.0.1", [wheel_pin(sg, server.url)])],
+        runtime=[*torch_pin, Runtime("sglang-kernel", "0.0.1", "sglang-kernel==0.0.1", f"{server.url}/simple/",
+                                     [{"filename": kw.name, "sha256": sha256(kw)}])]))
     (base / "sglang" / "0001-gate-accepts-12.patch").write_text(gate_patch())
     (base / "sglang" / "series").write_text("0001-gate-accepts-12.patch\n")
     write_lock(load_base(base))  # the label rule: build (and so lock and install) refuse an unlocked label

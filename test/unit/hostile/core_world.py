@@ -10,32 +10,13 @@ import json
 import re
 from pathlib import Path
 
+from support.fake_base import Patched, WheelPin, render_base
 from support.wheel_world import ORIGINAL, PATCH_TEMPLATE, gate_patch, make_wheel
 
 BASE = "9.9.9"
 WHEEL = "sglang-0.0.1-py3-none-any.whl"
 PATCH = "0001-gate-accepts-12.patch"
 ENV = {"SGLANG_BLACKWELL_PATCHES": "{tmp}/patches", "SGLANG_BLACKWELL_CACHE": "{tmp}/cache"}
-
-BASE_TOML = """\
-[base]
-name = "9.9.9"
-default = true
-role = "test base"
-local_label = "sm120.7"
-cuda = "13.0"
-
-[[patched]]
-package = "sglang"
-distribution = "sglang"
-version = "0.0.1"
-
-[[patched.files]]
-filename = "{wheel}"
-url = "https://example.invalid/{wheel}"
-sha256 = "{sha}"
-size = {size}
-"""
 
 
 def sha256(data: bytes) -> str:
@@ -68,7 +49,8 @@ def make(tmp: Path, *, lock: bool = True) -> Path:
     src.unlink()
     d = base_dir(tmp)
     (d / "sglang").mkdir(parents=True)
-    (d / "base.toml").write_text(BASE_TOML.format(wheel=WHEEL, sha=sha256(data), size=len(data)))
+    (d / "base.toml").write_text(render_base(BASE, [Patched(
+        "sglang", "sglang", "0.0.1", [WheelPin(WHEEL, f"https://example.invalid/{WHEEL}", sha256(data), len(data))])]))
     (d / "sglang" / PATCH).write_text(gate_patch())
     (d / "sglang" / "series").write_text(f"# test series\n{PATCH}\n")
     if lock:

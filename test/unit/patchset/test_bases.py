@@ -6,6 +6,7 @@ import pytest
 
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, list_bases, load_base
+from support.fake_base import Patched, WheelPin, render_base
 
 
 def test_real_tree_has_exactly_one_default_and_pins_the_known_good_stack(monkeypatch):
@@ -34,27 +35,13 @@ def _write(tmp_path, text: str, name: str = "1.0"):
     return d
 
 
-GOOD = """
-[base]
-name = "1.0"
-role = "r"
-local_label = "sm120.1"
-cuda = "13.0"
-default = true
-[[patched]]
-package = "sglang"
-distribution = "sglang"
-version = "0.0.1"
-[[patched.files]]
-filename = "sglang-0.0.1-py3-none-any.whl"
-url = "https://example.invalid/sglang-0.0.1-py3-none-any.whl"
-sha256 = "%s"
-size = 1
-"""
+GOOD = render_base("1.0", [Patched("sglang", "sglang", "0.0.1", [WheelPin(
+    "sglang-0.0.1-py3-none-any.whl", "https://example.invalid/sglang-0.0.1-py3-none-any.whl", "a" * 64, 1)])],
+    label="sm120.1", role="r")
 
 
 def test_good_base_loads(tmp_path):
-    b = load_base(_write(tmp_path, GOOD % ("a" * 64)))
+    b = load_base(_write(tmp_path, GOOD))
     assert b.local_version(b.package("sglang")) == "0.0.1+sm120.1"
 
 
@@ -73,7 +60,7 @@ def test_good_base_loads(tmp_path):
      "absorbed.P3 = 'vllm 0.1 (x)'"),
 ])
 def test_bad_base_names_file_and_key(tmp_path, mutation, needle):
-    d = _write(tmp_path, mutation(GOOD % ("a" * 64)))
+    d = _write(tmp_path, mutation(GOOD))
     with pytest.raises(UserError) as e:
         load_base(d)
     assert needle in str(e.value)
@@ -81,8 +68,8 @@ def test_bad_base_names_file_and_key(tmp_path, mutation, needle):
 
 
 def test_two_defaults_rejected(tmp_path):
-    _write(tmp_path, GOOD % ("a" * 64), "1.0")
-    _write(tmp_path, (GOOD % ("a" * 64)).replace('name = "1.0"', 'name = "2.0"'), "2.0")
+    _write(tmp_path, GOOD, "1.0")
+    _write(tmp_path, GOOD.replace('name = "1.0"', 'name = "2.0"'), "2.0")
     with pytest.raises(UserError, match="exactly one base.toml must say `default = true`"):
         list_bases(tmp_path)
 
@@ -93,7 +80,7 @@ def test_unknown_base_lists_the_known_ones(tiny_base):
 
 
 def test_absorbed_says_since_which_release(tmp_path):
-    b = load_base(_write(tmp_path, (GOOD % ("a" * 64)).replace(
+    b = load_base(_write(tmp_path, GOOD.replace(
         "default = true", 'default = true\nabsorbed = { P4 = "sglang 0.5.23+ (layernorm fallback)" }')))
     assert b.absorbed_since("P4") == ("sglang", "0.5.23")
 

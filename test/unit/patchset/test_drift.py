@@ -15,6 +15,7 @@ from sglang_blackwell.cli import main
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.drift import classify_series, parse_upstream, pick_wheel, release
 from sglang_blackwell.patchset.series import load_series
+from support.fake_base import Patched, WheelPin, render_base
 from support.wheel_world import make_wheel, sha256
 
 FILES = {name: "".join(f"{name}_line_{i} = {i}\n" for i in range(12)).encode() for name in "abcd"}
@@ -70,25 +71,8 @@ def pypi(tmp_path, server, monkeypatch):
         releases[version] = [{"filename": whl.name, "url": f"{server.url}/{whl.name}", "size": whl.stat().st_size,
                               "digests": {"sha256": sha256(whl)}, "yanked": False}]
     old = releases["0.0.1"][0]
-    (series_dir.parent / "base.toml").write_text(f"""
-[base]
-name = "1.0.0"
-default = true
-role = "test base"
-local_label = "sm120.1"
-cuda = "13.0"
-
-[[patched]]
-package = "sglang"
-distribution = "sglang"
-version = "0.0.1"
-
-[[patched.files]]
-filename = "{old['filename']}"
-url = "{old['url']}"
-sha256 = "{old['digests']['sha256']}"
-size = {old['size']}
-""")
+    (series_dir.parent / "base.toml").write_text(render_base("1.0.0", [Patched("sglang", "sglang", "0.0.1", [WheelPin(
+        old["filename"], old["url"], old["digests"]["sha256"], old["size"])])], label="sm120.1"))
     (server.root / "pypi" / "sglang").mkdir(parents=True)
     (server.root / "pypi" / "sglang" / "json").write_text(json.dumps(
         {"info": {"version": "0.0.2"}, "releases": releases, "urls": releases["0.0.2"]}))
