@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglang_blackwell import __version__, cli
+from sglang_blackwell.patchset import commands as patchset_commands
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +36,7 @@ def _report_path(err: str) -> Path:
 
 
 def test_a_bug_is_one_line_exit_70_with_a_crash_report(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(cli, "cmd_report", _boom(ValueError("the table has no column 7")))
+    monkeypatch.setattr(patchset_commands, "cmd_report", _boom(ValueError("the table has no column 7")))
     assert cli.main(["report", "--base", "0.5.9"]) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
@@ -52,8 +53,8 @@ def test_a_bug_is_one_line_exit_70_with_a_crash_report(monkeypatch, capsys, tmp_
 
 def test_a_filesystem_error_names_the_file_exit_2(monkeypatch, capsys, tmp_path):
     gone = tmp_path / "gone.json"
-    monkeypatch.setattr(cli, "cmd_report", _boom(FileNotFoundError(errno.ENOENT, "No such file or directory",
-                                                                   str(gone))))
+    monkeypatch.setattr(patchset_commands, "cmd_report",
+                        _boom(FileNotFoundError(errno.ENOENT, "No such file or directory", str(gone))))
     assert cli.main(["report"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
@@ -64,7 +65,7 @@ def test_a_filesystem_error_names_the_file_exit_2(monkeypatch, capsys, tmp_path)
 
 def test_debug_env_lets_the_traceback_through(monkeypatch):
     monkeypatch.setenv(cli.DEBUG_ENV, "1")
-    monkeypatch.setattr(cli, "cmd_report", _boom(KeyError("x")))
+    monkeypatch.setattr(patchset_commands, "cmd_report", _boom(KeyError("x")))
     with pytest.raises(KeyError):
         cli.main(["report"])
 
@@ -73,7 +74,7 @@ def test_an_unwritable_tmpdir_still_says_how_to_get_the_traceback(monkeypatch, c
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no" / "such" / "dir"))
-    monkeypatch.setattr(cli, "cmd_report", _boom(RuntimeError("x")))
+    monkeypatch.setattr(patchset_commands, "cmd_report", _boom(RuntimeError("x")))
     assert cli.main(["report"]) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{cli.DEBUG_ENV}=1" in err, err
