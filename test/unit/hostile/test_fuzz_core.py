@@ -36,6 +36,7 @@ from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import load_base
 from sglang_blackwell.patchset.series import REQUIRED_FIELDS, header_problems, parse_patch
 from sglang_blackwell.tomlio import dumps, tomllib
+from support.fake_base import Patched, WheelPin, render_base
 
 from . import core_world as w
 
@@ -125,7 +126,8 @@ def _paths(d, prefix=()) -> list[tuple]:
     return out
 
 
-SAMPLE = tomllib.loads(w.BASE_TOML.format(wheel=w.WHEEL, sha="a" * 64, size=1))
+SAMPLE = tomllib.loads(render_base(w.BASE, [Patched("sglang", "sglang", "0.0.1", [
+    WheelPin(w.WHEEL, f"https://example.invalid/{w.WHEEL}", "a" * 64, 1)])]))  # core_world's base, as fuzz input
 PATHS = _paths(SAMPLE)
 toml_scalars = st.one_of(st.text(max_size=12), st.integers(-3, 10**12), st.booleans(),
                          st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["sm120.7", "9.9.9", "",
