@@ -367,6 +367,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--update", metavar="FILE", help="rewrite the patch-table block in FILE (README.md)")
     p.set_defaults(fn=lambda a: _patchset().cmd_report(a))
 
+    p = sub.add_parser("base", help="re-pin one component of a base line from the package index (base bump)")
+    base_sub = p.add_subparsers(dest="base_cmd", required=True, metavar="ACTION")
+    b = base_sub.add_parser("bump", help="re-pin a [[patched]] or [[runtime]] entry of base.toml from the index, "
+                            "verified (sha256, size); --write rewrites it")
+    if parsed("base"):
+        from .patchset.base_bump import DESCRIPTION
+        from .patchset.base_bump import add_arguments as add_bump_arguments
+
+        b.description = DESCRIPTION
+        add_bump_arguments(b)
+    b.set_defaults(fn=lambda a: _patchset().cmd_base_bump(a))
+
     p = sub.add_parser("qualify", help="doctor, GPU tests, bench allreduce (+ bench eagle3): one receipt to send")
     if parsed("qualify"):
         from .qualify.run import add_arguments as add_qualify_arguments

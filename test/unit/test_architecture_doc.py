@@ -127,15 +127,21 @@ def parser_verbs() -> dict[str, list[str]]:
     return out
 
 
+def nested_verbs() -> set[str]:
+    """The verbs whose second word is a sub-parser of its own (`bench eagle3`, `base bump`), from the parser."""
+    return {v.split()[0] for v in parser_verbs() if " " in v}
+
+
 def named_verbs(text: str) -> dict[str, list[str]]:
-    """`verb` (and `bench <name>`) -> the actions the page lists for it (`a|b` after the verb)."""
+    """`verb` (and `bench <name>`, `base <action>`) -> the actions the page lists for it (`a|b` after the verb)."""
     out: dict[str, list[str]] = {}
+    nested = nested_verbs()
     for spans in verb_rows(text):
         for words in spans:
             if not words:
                 continue
-            if words[0] == "bench" and len(words) > 1:
-                out.setdefault(f"bench {words[1]}", [])
+            if words[0] in nested and len(words) > 1:
+                out.setdefault(f"{words[0]} {words[1]}", [])
             else:
                 out.setdefault(words[0], []).extend(words[1].split("|") if len(words) > 1 else [])
     return out

@@ -350,25 +350,27 @@ def write(b: Bump) -> Path:
     return write_atomic(b.path, b.new_text)
 
 
-def run(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="sglang-blackwell base bump",
-                                description="Re-pin one component of a base line (a [[patched]] or [[runtime]] "
-                                "entry of patches/<base>/base.toml) from the package index: the new version's "
-                                "files, downloaded and verified, with their sha256 and size. Prints the entry and "
-                                "a diff of base.toml; --write rewrites it. Says what must follow; does none of it.")
+DESCRIPTION = ("Re-pin one component of a base line (a [[patched]] or [[runtime]] entry of patches/<base>/base.toml) "
+               "from the package index: the new version's files, downloaded and verified, with their sha256 and "
+               "size. Prints the entry and a diff of base.toml; --write rewrites it. Says what must follow; does "
+               "none of it.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`base bump`'s arguments (cli.py's `base bump` and run() below)."""
     p.add_argument("pin", help="NAME==VERSION, e.g. flashinfer-python==0.7.4")
     p.add_argument("--base", help="base line (default: the default base)")
     p.add_argument("--write", action="store_true", help="rewrite base.toml (only that entry changes)")
     p.add_argument("--index-url", help="a root serving PyPI's JSON API (<url>/pypi/<name>/json; default: "
                    "$SGLANG_BLACKWELL_PYPI_URL or https://pypi.org)")
-    a = p.parse_args(argv)
-    try:
-        b = bump(get_base(a.base), a.pin, index=a.index_url, progress=lambda m: print(m, file=sys.stderr))
-        if a.write:
-            write(b)
-    except UserError as e:
-        print(f"sglang-blackwell base bump: error: {e}", file=sys.stderr)
-        return e.exit_code
+
+
+def execute(a: argparse.Namespace) -> int:
+    """`sglang-blackwell base bump`: the entry (and with --write, base.toml rewritten), then what must follow.
+    Bad input: UserError, nothing written."""
+    b = bump(get_base(a.base), a.pin, index=a.index_url, progress=lambda m: print(m, file=sys.stderr))
+    if a.write:
+        write(b)
     what = f"[[{b.kind}]] {_dist(b.old)} {b.old.version} -> {b.version}"
     if a.write:
         print(f"wrote {b.path}: {what}")
@@ -380,3 +382,15 @@ def run(argv: list[str] | None = None) -> int:
     for step in b.follow:
         print(f"  - {step}")
     return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    """`base bump` as a program of its own (its tests): the same arguments, errors as one line and exit 2."""
+    p = argparse.ArgumentParser(prog="sglang-blackwell base bump", description=DESCRIPTION)
+    add_arguments(p)
+    a = p.parse_args(argv)
+    try:
+        return execute(a)
+    except UserError as e:
+        print(f"sglang-blackwell base bump: error: {e}", file=sys.stderr)
+        return e.exit_code

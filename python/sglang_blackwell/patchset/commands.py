@@ -105,3 +105,10 @@ def cmd_label(a: argparse.Namespace) -> int:
         if a.action == "status":
             print(f"base {b.name}: +{b.local_label} {'locked' if not probs else 'NOT locked'}")
     return 1 if bad else 0
+
+
+def cmd_base_bump(a: argparse.Namespace) -> int:
+    from .base_bump import execute
+
+    return execute(a)
+

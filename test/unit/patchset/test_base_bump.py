@@ -120,6 +120,18 @@ def test_the_entry_is_rendered_from_the_served_files_and_nothing_is_written(worl
     assert "base.toml still says 0.0.1 outside the entry (line 1, 6: " in follow
 
 
+def test_the_cli_verb_is_the_same_command(world, capsys):
+    """`sglang-blackwell base bump` (cli.py) prints what run() prints; a bad base is its one-line error, exit 2."""
+    from sglang_blackwell import cli
+
+    assert run(["--base", "1.0.0", "flashinfer-python==0.0.2"]) == 0
+    want = capsys.readouterr().out
+    assert cli.main(["base", "bump", "--base", "1.0.0", "flashinfer-python==0.0.2"]) == 0
+    assert capsys.readouterr().out == want
+    assert cli.main(["base", "bump", "--base", "7.7", "flashinfer-python==0.0.2"]) == 2
+    assert capsys.readouterr().err.startswith("sglang-blackwell base: error: unknown base '7.7'")
+
+
 def test_write_changes_only_that_entry(world, capsys):
     toml = world["base"] / "base.toml"
     old = toml.read_text()
