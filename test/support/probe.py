@@ -132,24 +132,33 @@ class ProbeError(RuntimeError):
 
 
 class _Zygote:
-    def __init__(self) -> None:
+    def __init__(self, argv: list[str] | None = None) -> None:
+        """Start the zygote (argv: another program speaking its protocol, for the reader's test)."""
         env = _env([], None)
-        code = f"PRELOAD = {PRELOAD!r}\n" + ZYGOTE
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        argv = argv or [sys.executable, "-c", f"PRELOAD = {PRELOAD!r}\n" + ZYGOTE]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, bufsize=0)
         self.dir = tempfile.mkdtemp(prefix="sglb-probe-")
+        self._buf = b""
         ready = self._read(300)
         if "ready" not in ready:
             raise ProbeError(f"probe zygote did not start: {ready}")
 
     def _read(self, timeout: float) -> dict:
+        """The zygote's next protocol line. Read from the pipe's fd into a buffer of our own: select() on a
+        buffered file object misses lines already read into its buffer (a probe that ends at once writes "pid"
+        and "rc" together: a readline() took both, and select() then waited for the "rc" it already had)."""
         assert self.proc.stdout is not None
-        r, _, _ = select.select([self.proc.stdout], [], [], max(timeout, 0))
-        if not r:
-            raise TimeoutError
-        line = self.proc.stdout.readline()
-        if not line:
-            raise ProbeError(f"probe zygote exited ({self.proc.poll()})")
+        deadline = time.monotonic() + max(timeout, 0)
+        while b"\n" not in self._buf:
+            r, _, _ = select.select([self.proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+            if not r:
+                raise TimeoutError
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise ProbeError(f"probe zygote exited ({self.proc.poll()})")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
     def run(self, trees: list[str], code: str, env: dict[str, str], timeout: float) -> tuple[int, str, str]:
@@ -157,8 +166,8 @@ class _Zygote:
         out.write_bytes(b"")
         err.write_bytes(b"")
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"trees": trees, "code": code, "env": env, "stdout": str(out),
-                                          "stderr": str(err)}) + "\n")
+        self.proc.stdin.write((json.dumps({"trees": trees, "code": code, "env": env, "stdout": str(out),
+                                           "stderr": str(err)}) + "\n").encode())
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
         pid = self._read(30)["pid"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -82,3 +83,20 @@ def test_zygote_preloads_what_sglang_imports() -> None:
         pytest.skip("SGLB_PROBE_ZYGOTE=0")
     r = run_probe([], "import json, sys\nprint(json.dumps({'torch': 'torch' in sys.modules}))")
     assert r == {"torch": True}
+
+
+def test_protocol_lines_written_together_are_all_read() -> None:
+    """A probe that ends at once: the zygote writes its "pid" and "rc" lines back to back, and they may arrive in
+    one read. Each must be read while the zygote lives on (select() on a buffered file object hung here for the
+    whole timeout: the next line was already in the object's buffer). The zygote's end of the pipe is played by a
+    program that writes three protocol lines in one write and stays alive."""
+    from support.probe import _Zygote
+
+    three = ("import sys, time; sys.stdout.write('{\"ready\": 1}\\n{\"pid\": 1}\\n{\"rc\": 0}\\n'); "
+             "sys.stdout.flush(); time.sleep(60)")
+    z = _Zygote([sys.executable, "-c", three])  # reads "ready"
+    try:
+        assert z._read(10) == {"pid": 1}  # before: TimeoutError after 10 s, the line sitting in the file's buffer
+        assert z._read(10) == {"rc": 0}
+    finally:
+        z.close()
