@@ -24,10 +24,8 @@ import re
 import shutil
 import subprocess
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -37,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import IntegrityError, UserError
 from ..patchset.fetch import pip_base_command, sha256_file, sweep_partials
+from ..patchset.wheel_metadata import wheel_metadata
 from ..paths import read_text
 from .requirement_lines import read_requirement_lines
 
@@ -183,14 +182,7 @@ def wheel_info(path: Path, kind: str, always: bool = False) -> WheelInfo:
         name, version, _, _ = parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
         raise UserError(f"{path.name}: not a wheel file name: {e}") from None
-    try:
-        with zipfile.ZipFile(path) as z:
-            metas = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(metas) != 1:
-                raise UserError(f"{path.name}: {len(metas)} .dist-info/METADATA files, expected 1")
-            meta = HeaderParser().parsestr(z.read(metas[0]).decode("utf-8", "replace"))
-    except zipfile.BadZipFile as e:
-        raise UserError(f"{path.name}: not a readable wheel: {e}") from None
+    meta = wheel_metadata(path)
     reqs = []
     for r in meta.get_all("Requires-Dist") or []:
         try:

@@ -24,9 +24,7 @@ import difflib
 import re
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -39,6 +37,7 @@ from ..paths import write_atomic
 from .bases import Artifact, Base, PatchedPackage, RuntimeArtifact, get_base, load_base, series_for
 from .drift import Release, pypi_url, release
 from .fetch import Progress, fetch, sha256_file
+from .wheel_metadata import wheel_metadata
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 _HEADER = re.compile(r"^\[\[?\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
@@ -230,14 +229,7 @@ def _read_back(base: Base, text: str, kind: str, number: int, old: Component, ve
 
 def requires(wheel: Path) -> list[Requirement]:
     """A wheel's Requires-Dist, those of extras left out."""
-    try:
-        with zipfile.ZipFile(wheel) as z:
-            metas = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(metas) != 1:
-                raise UserError(f"{wheel.name}: {len(metas)} .dist-info/METADATA files, expected 1")
-            meta = HeaderParser().parsestr(z.read(metas[0]).decode("utf-8", "replace"))
-    except zipfile.BadZipFile as e:
-        raise UserError(f"{wheel.name}: not a readable wheel: {e}") from None
+    meta = wheel_metadata(wheel)
     out = []
     for r in meta.get_all("Requires-Dist") or []:
         try:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from support.fake_base import Patched, WheelPin, render_base
+from support.hostile import Case
 from support.wheel_world import ORIGINAL, PATCH_TEMPLATE, gate_patch, make_wheel
 
 BASE = "9.9.9"
@@ -108,6 +109,20 @@ def manifest(dist: Path) -> dict:
     return json.loads((dist / f"manifest-{BASE}.json").read_text())
 
 
+def case(id: str, item: str, argv: list[str], **kw) -> Case:
+    """A hostile case in this world: its environment (ENV) under the case's own variables."""
+    return Case(id, item, argv, env=dict(ENV, **kw.pop("env", {})), **kw)
+
+
+def world(*steps):
+    """setup: the world, then each step(tmp) in order."""
+    def setup(tmp: Path) -> None:
+        make(tmp)
+        for s in steps:
+            s(tmp)
+    return setup
+
+
 __all__ = ["BASE", "ENV", "PATCH", "PATCH_TEMPLATE", "WHEEL", "base_dir", "base_toml", "cached_wheel",
-           "edit_toml", "make", "manifest", "patch_with", "relock", "series_dir", "set_toml", "sha256",
-           "write_patch"]
+           "case", "edit_toml", "make", "manifest", "patch_with", "relock", "series_dir", "set_toml", "sha256",
+           "world", "write_patch"]

@@ -18,6 +18,7 @@ from support import hostile
 from support.hostile import Case
 
 from . import core_world as w
+from .core_world import case, world
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 SITE = f"venv/lib/python{PY}/site-packages"
@@ -25,20 +26,6 @@ VENV_PY = "{tmp}/venv/bin/python"
 BT = "{tmp}/patches/9.9.9/base.toml"
 SERIES = "{tmp}/patches/9.9.9/sglang"
 CACHED = f"cache/artifacts/{w.WHEEL}"
-
-
-def case(id: str, item: str, argv: list[str], **kw) -> Case:
-    env = dict(w.ENV, **kw.pop("env", {}))
-    return Case(id, item, argv, env=env, **kw)
-
-
-def world(*steps):
-    """setup: the world, then each step(tmp) in order."""
-    def setup(tmp: Path) -> None:
-        w.make(tmp)
-        for s in steps:
-            s(tmp)
-    return setup
 
 
 def run_cli(*args: str):

@@ -31,24 +31,13 @@ from support import hostile
 from support.hostile import Case, assert_clean
 
 from . import core_world as w
+from .core_world import case, world
 
 DEAD = 99999999  # above any pid_max (PID_MAX_LIMIT is 4194304): a pid no process can have
 OURS = f"{w.WHEEL}.{DEAD}.abcd_123"  # named exactly as fetch names its download directories
 PARTIAL = "cache/.partial"
 BUILD = ["build", "--out", "{tmp}/dist"]
 OLD = time.time() - 3 * 86400
-
-
-def case(id: str, item: str, argv: list[str], **kw) -> Case:
-    return Case(id, item, argv, env=dict(w.ENV, **kw.pop("env", {})), **kw)
-
-
-def world(*steps):
-    def setup(tmp: Path) -> None:
-        w.make(tmp)
-        for s in steps:
-            s(tmp)
-    return setup
 
 
 def write(rel: str, data: str = "mine\n", *, old: bool = False):
