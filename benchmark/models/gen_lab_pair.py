@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Generate the lab model pair: a DeepSeek-V3-architecture target that acts as a bigram map with large
-logit margins, and an EAGLE-3 draft (sglang's LlamaForCausalLMEagle3) built from the same map, so that
+logit margins, and EAGLE-3 drafts (sglang's LlamaForCausalLMEagle3, GQA, and Eagle3DeepseekV2ForCausalLM, MLA,
+the architecture of the published Kimi-K2.x drafts) built from the same map, so that
 speculative acceptance is real and explainable. No training, no downloads. The target comes with a byte-level
 BPE tokenizer (lab_tokenizer.py: tokenizer.json, tokenizer_config.json with a chat template), so servers start
 as users start them and prompts can be text.
 
     python3 gen_lab_pair.py --out DIR [--device cuda|cpu] [--seed 0] [--preset lab|kimi61|tiny]
-                            [--draft constructed,random,miss | both]
+                            [--draft constructed,random,miss,mla,mla-miss | both]
 
 writes DIR/target/{config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json, special_tokens_map.json, lab_pair.json (preset and seed)} and DIR/draft/ (the first
-draft kind: constructed = exact, random, or miss = misses by design), DIR/draft-<kind>/ for the others (`--draft
-both`: DIR/draft-random/), then prints a JSON summary.
+draft kind: constructed = exact, random, miss = misses by design, mla / mla-miss = the exact / missing draft with MLA
+attention), DIR/draft-<kind>/ for the others (`--draft both`: DIR/draft-random/), then prints a JSON summary.
 Needs only torch and safetensors (the tokenizer files are written as JSON by the standard library). The
 construction is explained in README.md next to this file.
 
@@ -44,6 +45,20 @@ import lab_tokenizer  # noqa: E402
 
 
 @dataclass(frozen=True)
+class MlaDraftShape:
+    """The MLA EAGLE-3 draft's attention (sglang Eagle3DeepseekV2ForCausalLM, srt/models/kimi_k25_eagle3.py):
+    DeepSeek-V2 multi-latent attention. The published Kimi-K2.x drafts share the target's MLA dimensions (their
+    KV cache has the target's 576-wide latent rows); `None` in a preset means exactly that."""
+
+    heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
 class Preset:
     # target: DeepSeek-V3 architecture
     hidden: int
@@ -69,6 +84,8 @@ class Preset:
     draft_kv_heads: int
     draft_head_dim: int
     draft_intermediate: int
+    # the MLA draft (README "The MLA draft"); None: the target's heads and MLA dimensions
+    mla_draft: MlaDraftShape | None = None
 
 
 PRESETS: dict[str, Preset] = {
@@ -96,6 +113,10 @@ PRESETS: dict[str, Preset] = {
         qk_rope_head_dim=16, v_head_dim=32, dense_intermediate=384, moe_intermediate=128,
         routed_experts=8, experts_per_token=2, vocab=1024, s_start=100, s_size=256, embed_support=256,
         witness_dims=128, draft_heads=8, draft_kv_heads=4, draft_head_dim=64, draft_intermediate=256,
+        # the target's MLA ranks are too small for the draft's token directions (kv_lora_rank / 2 = 32 dimensions
+        # for 256 tokens): the CPU tests' MLA draft gets larger ones, the same construction
+        mla_draft=MlaDraftShape(heads=4, q_lora_rank=128, kv_lora_rank=128, qk_nope_head_dim=64,
+                                qk_rope_head_dim=32, v_head_dim=32),
     ),
 }
 
@@ -121,6 +142,11 @@ DRAFT_NOISE_GAIN = 0.01  # small random part of every draft weight, relative to 
 # 1, 2 of a round, as published for Kimi-K2.6's EAGLE-3 draft on 8x RTX PRO 6000 (num-steps 2, 3 draft tokens)
 MISS_RATES = (0.65, 0.39)
 DRAFT_MLP_GAIN = 0.02
+# the MLA draft's attention scores (after sglang's softmax scale): a position with itself scores
+# MLA_SCORE_NOPE * |M a|^2 + MLA_SCORE_ROPE * |P a|^2 (~80); the position-free part (nope) separates tokens, the
+# rotary part (rope) separates a token from its own repeats (README "The MLA draft")
+MLA_SCORE_NOPE = 40.0
+MLA_SCORE_ROPE = 40.0
 RMS_EPS = 1e-6
 ROPE_THETA_DRAFT = 10000.0
 BOS_ID, EOS_ID = 0, 1
@@ -504,6 +530,163 @@ def build_draft_miss(st: Structure, w: Weights) -> None:
     build_draft_constructed(st, w, miss_map(st))
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The MLA draft: sglang's Eagle3DeepseekV2ForCausalLM (README "The MLA draft")
+
+
+def mla_shape(p: Preset) -> MlaDraftShape:
+    """The MLA draft's attention shape: the preset's own, else the target's heads and MLA dimensions."""
+    return p.mla_draft or MlaDraftShape(heads=p.heads, q_lora_rank=p.q_lora_rank, kv_lora_rank=p.kv_lora_rank,
+                                        qk_nope_head_dim=p.qk_nope_head_dim, qk_rope_head_dim=p.qk_rope_head_dim,
+                                        v_head_dim=p.v_head_dim)
+
+
+def mla_softmax_scale(m: MlaDraftShape) -> float:
+    """sglang DeepseekV2AttentionMLA.scaling without rope scaling (the draft's config has none)."""
+    return (m.qk_nope_head_dim + m.qk_rope_head_dim) ** -0.5
+
+
+def mla_dims(st: Structure) -> int:
+    """d_M: the draft coordinates (and the latent's halves) the MLA draft's token directions live in. The latent
+    (kv_lora_rank) holds a(input token) in its first d_M entries and a(hidden) in the next d_M, so that its RMS
+    norm (kv_a_layernorm) is the same for every token; the values are then read back out of it per head."""
+    m = mla_shape(st.preset)
+    d = m.kv_lora_rank // 2
+    if d % m.v_head_dim or m.heads % (d // m.v_head_dim) or d > st.d_a:
+        raise ValueError(f"MLA draft shape {m}: kv_lora_rank / 2 = {d} must be a multiple of v_head_dim, the heads "
+                         f"a multiple of (kv_lora_rank / 2) / v_head_dim, and at most {st.d_a}")
+    return d
+
+
+def mla_dirs(st: Structure) -> torch.Tensor:
+    """(d_M, s_size) float64: the MLA draft's unit token directions a(S_i): the first d_M rows of the GQA draft's
+    directions, renormalized (no new random draw: B and every other structure stay as they are)."""
+    d = st.draft_dirs[: mla_dims(st)]
+    return d / d.pow(2).sum(0, keepdim=True).sqrt()
+
+
+def mla_draft_config(p: Preset) -> dict:
+    """The MLA draft's config: the EAGLE-3 keys of draft_config and DeepSeek-V3's attention keys, with the
+    field names of the published Kimi-K2.x MLA drafts (architectures Eagle3DeepseekV2ForCausalLM, the target's
+    MLA ranks, eagle_config), as sglang 0.5.14's kimi_k25_eagle3.py and model_config.py read them."""
+    m, caps = mla_shape(p), capture_layers(p.layers)
+    return {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v3",
+        "hidden_size": p.hidden, "intermediate_size": p.draft_intermediate, "num_hidden_layers": 1,
+        "num_attention_heads": m.heads, "num_key_value_heads": m.heads,
+        "q_lora_rank": m.q_lora_rank, "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.qk_nope_head_dim,
+        "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
+        "hidden_act": "silu", "rms_norm_eps": RMS_EPS, "max_position_embeddings": 163840,
+        # plain RoPE (no YaRN): the softmax scale is then 1/sqrt(qk_head_dim) and the repeat separation is the
+        # README's; DeepSeek's interleaved rotary layout (sglang's default rope_interleave)
+        "rope_theta": ROPE_THETA_DRAFT, "rope_scaling": None, "rope_interleave": True,
+        "vocab_size": p.vocab, "draft_vocab_size": p.s_size, "target_hidden_size": p.hidden,
+        "tie_word_embeddings": False, "attention_bias": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [c - 1 for c in caps], "use_aux_hidden_state": True},
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "torch_dtype": "bfloat16", "use_cache": True,
+    }
+
+
+def build_draft_mla(st: Structure, w: Weights, dmap: torch.Tensor | None = None) -> None:
+    """The constructed draft of build_draft_constructed in Eagle3DeepseekV2ForCausalLM's layer (MLA attention,
+    checkpoint names `layers.0.*` as the published drafts have them): the same fc, MLP, norms, lm_head and token
+    maps on the draft coordinates [0, d_M), and an attention that computes what the GQA draft's does:
+      x = cat(norm(embed(token)), hidden_norm(hidden));  a = a(token), b = hidden_norm(hidden)[:d_M] / sqrt(H)
+      q_a = [a, 0...] -> q_a_layernorm -> sqrt(q_lora) a;  q_b: per head q_nope = s_n M a, q_pe = s_r P a
+      kv_a = [a, b, 0..., k_pe = s_r P a];  kv_a_layernorm(latent) = sqrt(kv_lora / 2) [a, b] (|a| = |b| = 1)
+      kv_b: per head k_nope = s_n M a;  v = g (a - b) on its block of v_head_dim draft coordinates
+      o_proj: the mean over the heads of a block, back onto those coordinates
+    so a position attends to itself (score MLA_SCORE_NOPE |M a|^2 + MLA_SCORE_ROPE |P a|^2 after the softmax
+    scale; other tokens ~N(0, 7), a repeat of the same token MLA_SCORE_NOPE |M a|^2 plus a rotary part that decays
+    with the distance) and adds kappa sqrt(H) (a(token) - hidden's direction): the GQA draft's erase-and-replace.
+    dmap: the draft's map (indices into S), as in build_draft_constructed."""
+    p, H = st.preset, st.preset.hidden
+    m, d = mla_shape(p), mla_dims(st)
+    dirs = mla_dirs(st)
+    nope, rope, hv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    qk = nope + rope
+    blocks = d // hv
+    per_block = m.heads // blocks
+    scale = mla_softmax_scale(m)
+    s_n, s_r = math.sqrt(MLA_SCORE_NOPE / scale), math.sqrt(MLA_SCORE_ROPE / scale)
+    latent = math.sqrt(m.kv_lora_rank / 2)  # kv_a_layernorm's gain on the latent [a, b]
+    eps = DRAFT_NOISE_GAIN
+
+    def noise(name: str, *shape: int, scale: float) -> torch.Tensor:
+        return w.randn(name, *shape, std=eps * scale / math.sqrt(shape[-1]))
+
+    pre = "layers.0."
+    for n in (pre + "input_layernorm.weight", pre + "hidden_norm.weight", pre + "post_attention_layernorm.weight",
+              "norm.weight"):
+        w.put(n, torch.ones(H))
+    w.put(pre + "self_attn.q_a_layernorm.weight", torch.ones(m.q_lora_rank))
+    w.put(pre + "self_attn.kv_a_layernorm.weight", torch.ones(m.kv_lora_rank))
+
+    # fc as build_draft_constructed's, on the MLA draft's directions
+    f = w.zeros(H, H)
+    f[:d] = w.dev(st.from_basis(DRAFT_SIGNAL / EMBED_RMS * dirs[:, st.succ]))
+    read = 3 * WITNESS_READ_RATIO * DRAFT_SIGNAL * math.sqrt(H) / (WITNESS_GAIN * math.sqrt(d))
+    f[:d, st.witness.to(w.device)] = w.randn("mla.fc.witness", d, p.witness_dims, std=read / math.sqrt(p.witness_dims))
+    w.put("fc.weight", torch.cat([f, f, f], dim=1) / 3 + noise("mla.fc.weight", H, 3 * H, scale=DRAFT_SIGNAL))
+
+    # the token projections: a(t) from the embedding half of x (norm(embed(t)) = sqrt(H) E[t]), M and P
+    to_a = w.dev(st.from_basis(dirs)) / math.sqrt(H)  # (d, H): norm(embed(t)) -> a(t)
+    to_a[:, st.bias] = 0.0
+    mm = w.randn("mla.nope_projection", nope, d, std=1 / math.sqrt(nope))
+    pp = w.randn("mla.rope_projection", rope, d, std=1 / math.sqrt(rope))
+
+    q_a = w.zeros(m.q_lora_rank, 2 * H)
+    q_a[:d, :H] = to_a
+    name = pre + "self_attn.q_a_proj.weight"
+    w.put(name, q_a + noise(name, m.q_lora_rank, 2 * H, scale=1.0))
+    q_b = w.zeros(m.heads, qk, m.q_lora_rank)  # q_a_layernorm(q_a) = sqrt(q_lora) a
+    q_b[:, :nope, :d] = s_n / math.sqrt(m.q_lora_rank) * mm
+    q_b[:, nope:, :d] = s_r / math.sqrt(m.q_lora_rank) * pp
+    name = pre + "self_attn.q_b_proj.weight"
+    q_b = q_b.reshape(m.heads * qk, m.q_lora_rank)
+    w.put(name, q_b + noise(name, *q_b.shape, scale=s_n))
+
+    kv_a = w.zeros(m.kv_lora_rank + rope, 2 * H)
+    kv_a[:d, :H] = to_a
+    kv_a[d : 2 * d, H : H + d] = torch.eye(d, device=w.device) / math.sqrt(H)  # hidden_norm(hidden)[:d] / sqrt(H)
+    kv_a[m.kv_lora_rank :, :H] = s_r * pp @ to_a
+    name = pre + "self_attn.kv_a_proj_with_mqa.weight"
+    w.put(name, kv_a + noise(name, *kv_a.shape, scale=1.0))
+
+    kv_b = w.zeros(m.heads, nope + hv, m.kv_lora_rank)
+    kv_b[:, :nope, :d] = s_n / latent * mm
+    g = DRAFT_SIGNAL * math.sqrt(H) / latent
+    r = torch.arange(hv, device=w.device)
+    o = w.zeros(H, m.heads * hv)
+    for h in range(m.heads):
+        blk = (h // per_block) * hv
+        kv_b[h, nope + r, blk + r] = g
+        kv_b[h, nope + r, d + blk + r] = -g
+        o[blk + r, h * hv + r] = 1.0 / per_block
+    name = pre + "self_attn.kv_b_proj.weight"
+    kv_b = kv_b.reshape(m.heads * (nope + hv), m.kv_lora_rank)
+    w.put(name, kv_b + noise(name, *kv_b.shape, scale=s_n))
+    name = pre + "self_attn.o_proj.weight"
+    w.put(name, o + noise(name, *o.shape, scale=1.0))
+
+    inter = p.draft_intermediate
+    for n, shape, std in (("gate_proj", (inter, H), 1 / math.sqrt(H)), ("up_proj", (inter, H), 1 / math.sqrt(H)),
+                          ("down_proj", (H, inter), DRAFT_MLP_GAIN / math.sqrt(inter))):
+        full = pre + f"mlp.{n}.weight"
+        w.put(full, w.randn("mla." + full, *shape, std=std))
+
+    dmap = st.succ if dmap is None else dmap
+    reads = torch.zeros_like(dirs).index_add_(1, dmap, dirs)
+    head = w.zeros(p.s_size, H)
+    head[:, :d] = w.dev(DRAFT_LOGIT_GAP / math.sqrt(H) * reads.T)
+    w.put("lm_head.weight", head + noise("mla.lm_head.weight", p.s_size, H, scale=DRAFT_LOGIT_GAP / math.sqrt(H)))
+    _token_maps(w, p)
+
+
+def build_draft_mla_miss(st: Structure, w: Weights) -> None:
+    build_draft_mla(st, w, miss_map(st))
+
+
 def simulate_rounds(st: Structure, dmap: torch.Tensor, last_prompt_id: int, output_len: int,
                     steps: int) -> dict:
     """SGLang's greedy EAGLE-3 decoding (topk 1) of one request, from the construction alone: the prefill emits
@@ -628,7 +811,8 @@ def generate(out: str, preset: str, seed: int, device: str, draft: str) -> dict:
         dw = Weights(seed, device)
         DRAFTS[kind](st, dw)
         sub = "draft" if kind == kinds[0] else f"draft-{kind}"
-        nb = write_checkpoint(os.path.join(out, sub), draft_config(p), dw.tensors, generation=False)
+        config = DRAFT_CONFIGS.get(kind, draft_config)(p)
+        nb = write_checkpoint(os.path.join(out, sub), config, dw.tensors, generation=False)
         summary[sub] = {"path": os.path.join(out, sub), "kind": kind, "bytes": nb,
                         "params": sum(t.numel() for k, t in dw.tensors.items() if k not in ("d2t", "t2d"))}
 
@@ -639,7 +823,7 @@ def generate(out: str, preset: str, seed: int, device: str, draft: str) -> dict:
         "B_sample": {str(int(s[i])): int(s[st.succ[i]]) for i in range(8)},
         "B_chain_from_S0": [int(s[i]) for i in _chain(st.succ, 0, 8)],
         "capture_layers": capture_layers(p.layers),
-        **({"miss_blocks": _block_counts(p)} if "miss" in kinds else {}),
+        **({"miss_blocks": _block_counts(p)} if {"miss", "mla-miss"} & set(kinds) else {}),
         "decode_step": sizing(p, tokens=1),
         "verify_step_3_tokens": sizing(p, tokens=3),
         "preset_shapes": asdict(p),
@@ -655,12 +839,16 @@ def _block_counts(p: Preset) -> dict:
             "accept_len_per_cycle": round(p.s_size / len(blocks), 4)}
 
 
-DRAFTS = {"constructed": build_draft_constructed, "random": build_draft_random, "miss": build_draft_miss}
+DRAFTS = {"constructed": build_draft_constructed, "random": build_draft_random, "miss": build_draft_miss,
+          "mla": build_draft_mla, "mla-miss": build_draft_mla_miss}
+# the config each kind is written with: the MLA kinds are Eagle3DeepseekV2ForCausalLM, the others
+# LlamaForCausalLMEagle3
+DRAFT_CONFIGS = {"mla": mla_draft_config, "mla-miss": mla_draft_config}
 
 
 def draft_kinds(spec: str) -> list[str]:
-    """--draft: a comma list of constructed, random, miss (`both` = constructed,random). The first is written
-    to draft/, the others to draft-<kind>/."""
+    """--draft: a comma list of constructed, random, miss, mla, mla-miss (`both` = constructed,random). The first
+    is written to draft/, the others to draft-<kind>/."""
     kinds = ["constructed", "random"] if spec == "both" else [k.strip() for k in spec.split(",") if k.strip()]
     bad = [k for k in kinds if k not in DRAFTS]
     if not kinds or bad or len(set(kinds)) != len(kinds):
@@ -690,8 +878,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", default="lab", choices=sorted(PRESETS))
     ap.add_argument("--draft", default="constructed",
-                    help="comma list of constructed (exact), random, miss (misses by design); both = "
-                    "constructed,random; the first goes to draft/, the others to draft-<kind>/")
+                    help="comma list of constructed (exact), random, miss (misses by design), mla and mla-miss "
+                    "(the same two as MLA drafts, Eagle3DeepseekV2ForCausalLM); both = constructed,random; the "
+                    "first goes to draft/, the others to draft-<kind>/")
     a = ap.parse_args(argv)
     draft_kinds(a.draft)  # bad --draft: the error before any work
     torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))

@@ -14,9 +14,7 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,22 +25,11 @@ transformers = pytest.importorskip("transformers")
 
 from safetensors.torch import load_file  # noqa: E402
 
-MODELS = Path(__file__).resolve().parents[4] / "benchmark" / "models"
+from .lab_pair_world import CAPS, G, P, R, T, load_draft, load_target, run_target  # noqa: E402, F401
+from .lab_pair_world import bigram as _bigram  # noqa: E402
+from .lab_pair_world import chain as _chain  # noqa: E402
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, MODELS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-G = _load("gen_lab_pair")
-R = _load("eagle3_reference")
-T = _load("lab_tokenizer")
-P = G.PRESETS["tiny"]
-CAPS = G.capture_layers(P.layers)
+DRAFT_KINDS = "constructed,random,miss,mla,mla-miss"
 
 
 @pytest.fixture(scope="module")
@@ -58,54 +45,16 @@ def _sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     out = tmp_path_factory.mktemp("pair")
-    summary = G.generate(str(out), "tiny", 0, "cpu", "constructed,random,miss")
+    summary = G.generate(str(out), "tiny", 0, "cpu", DRAFT_KINDS)
     return out, summary
 
 
 @pytest.fixture(scope="module")
 def target(pair):
-    """The tiny target in transformers (bf16, as served) with hooks that record what sglang captures for
-    EAGLE-3 (the residual stream entering each capture layer) and the shared-expert inputs before them."""
-    out, _ = pair
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(
-        out / "target", dtype=torch.bfloat16, output_loading_info=True)
-    model.eval()
-    rec = {"cap": {}, "shared_in": {}, "shared_act": {}}
-
-    def layer_input(i):
-        def hook(mod, args, kw):
-            rec["cap"][i] = kw["hidden_states"] if "hidden_states" in kw else args[0]
-        return hook
-
-    for i in CAPS:
-        model.model.layers[i].register_forward_pre_hook(layer_input(i), with_kwargs=True)
-        model.model.layers[i - 1].mlp.shared_experts.register_forward_hook(
-            lambda mod, args, o, i=i: rec["shared_in"].__setitem__(i, args[0]))
-    for j, layer in enumerate(model.model.layers):  # what each shared expert's down_proj multiplies (bf16)
-        se = getattr(layer.mlp, "shared_experts", None)
-        if se is not None:
-            se.down_proj.register_forward_hook(lambda mod, args, o, j=j: rec["shared_act"].__setitem__(j, args[0]))
-    return model, info, rec
+    return load_target(pair[0])
 
 
-def _bigram() -> torch.Tensor:
-    m = G.bigram_map("tiny", 0)
-    return torch.tensor([m[v] for v in range(P.vocab)])
-
-
-def _chain(start: torch.Tensor, n: int) -> torch.Tensor:
-    b, seq = _bigram(), [start]
-    for _ in range(n - 1):
-        seq.append(b[seq[-1]])
-    return torch.stack(seq, 1)
-
-
-def _run(target, ids: torch.Tensor):
-    model, _, rec = target
-    with torch.no_grad():
-        logits = model(ids).logits.float()
-    aux = torch.cat([rec["cap"][i] for i in CAPS], dim=-1)
-    return logits, aux, dict(rec["cap"]), dict(rec["shared_in"])
+_run = run_target
 
 
 def _witness_bound(target, layer: int, witness: torch.Tensor) -> torch.Tensor:
@@ -133,10 +82,8 @@ def _witness_bound(target, layer: int, witness: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _draft(out: Path, name: str, target) -> R.Eagle3Draft:
-    cfg = json.loads((out / name / "config.json").read_text())
-    embed = target[0].model.embed_tokens.weight.detach()
-    return R.Eagle3Draft(load_file(out / name / "model.safetensors"), cfg, embed)
+def _draft(out: Path, name: str, target):
+    return load_draft(out, name, target)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -148,7 +95,9 @@ def test_files_summary_and_determinism(pair, tmp_path):
                                    "tokenizer_config.json", "special_tokens_map.json", G.PAIR_FILE]),
                        ("draft", ["config.json", "model.safetensors"]),
                        ("draft-random", ["config.json", "model.safetensors"]),
-                       ("draft-miss", ["config.json", "model.safetensors"])):
+                       ("draft-miss", ["config.json", "model.safetensors"]),
+                       ("draft-mla", ["config.json", "model.safetensors"]),
+                       ("draft-mla-miss", ["config.json", "model.safetensors"])):
         assert sorted(p.name for p in (out / sub).iterdir()) == sorted(files)
     assert summary["S"] == [100, 356]
     assert json.loads((out / "target" / G.PAIR_FILE).read_text())["preset"] == "tiny"
@@ -156,8 +105,8 @@ def test_files_summary_and_determinism(pair, tmp_path):
     b = _bigram()
     assert all(b[int(t)] == u for t, u in summary["B_sample"].items())
     # same seed -> byte-identical, different seed -> different
-    G.generate(str(tmp_path / "again"), "tiny", 0, "cpu", "constructed,random,miss")
-    for sub in ("target", "draft", "draft-random", "draft-miss"):
+    G.generate(str(tmp_path / "again"), "tiny", 0, "cpu", DRAFT_KINDS)
+    for sub in ("target", "draft", "draft-random", "draft-miss", "draft-mla", "draft-mla-miss"):
         for f in sorted(p.name for p in (out / sub).iterdir()):
             assert _sha(out / sub / f) == _sha(tmp_path / "again" / sub / f), f"{sub}/{f} differs"
     G.generate(str(tmp_path / "seed1"), "tiny", 1, "cpu", "constructed")
@@ -193,9 +142,18 @@ def test_target_loads_in_transformers_and_is_the_bigram_map(pair, target):
     assert min(margins) > 15.0
 
 
-def test_constructed_draft_drafts_the_chain(pair, target):
+# the exact drafts, GQA (LlamaForCausalLMEagle3) and MLA (Eagle3DeepseekV2ForCausalLM), and the least top-1 minus
+# top-2 margin their every step must keep: the MLA draft's token directions live in kv_lora_rank / 2 = 64
+# dimensions at this preset (the GQA draft's in 256), so its lm_head's cross terms are twice as large (README "The
+# MLA draft": ~23 at kimi61's 256)
+EXACT = [("draft", 10.0), ("draft-mla", 10.0)]
+MISS = [("draft-miss", 10.0), ("draft-mla-miss", 5.0)]
+
+
+@pytest.mark.parametrize("name, min_margin", EXACT)
+def test_constructed_draft_drafts_the_chain(pair, target, name, min_margin):
     out, _ = pair
-    draft = _draft(out, "draft", target)
+    draft = _draft(out, name, target)
     # prompts of random S tokens (so the generated chain revisits prompt tokens) followed by the chain
     g = torch.Generator().manual_seed(7)
     prompt = torch.randint(P.s_start, P.s_start + P.s_size, (2, 96), generator=g)
@@ -210,9 +168,9 @@ def test_constructed_draft_drafts_the_chain(pair, target):
             margins.append([mm[gen].min().item() for mm in m])
         acc = torch.cat(lens)
         per_step = [min(col) for col in zip(*margins, strict=True)]
-        print(f"steps={steps}: draft accept length {acc.mean():.3f}; min margin per step {per_step}")
+        print(f"{name} steps={steps}: draft accept length {acc.mean():.3f}; min margin per step {per_step}")
         assert torch.all(acc == steps + 1)
-        assert min(per_step) > 10.0
+        assert min(per_step) > min_margin
 
 
 def test_random_draft_is_not_accepted(pair, target):
@@ -238,10 +196,11 @@ def _rank_partial(model, layer: int, x: torch.Tensor, rank: int) -> torch.Tensor
     return (act.to(torch.bfloat16).float() @ se.down_proj.weight[:, sl].float().T).to(torch.bfloat16)
 
 
-def test_witness_sum_is_zero_and_a_wrong_aux_capture_breaks_acceptance(pair, target):
+@pytest.mark.parametrize("name", ["draft", "draft-mla"])
+def test_witness_sum_is_zero_and_a_wrong_aux_capture_breaks_acceptance(pair, target, name):
     out, _ = pair
     model = target[0]
-    draft = _draft(out, "draft", target)
+    draft = _draft(out, name, target)
     ids = _chain(torch.tensor([P.s_start + 3, P.s_start + 99]), 80)
     _, aux, caps, shared_in = _run(target, ids)
     witness = G.build_structure(P, 0).witness
@@ -264,7 +223,7 @@ def test_witness_sum_is_zero_and_a_wrong_aux_capture_breaks_acceptance(pair, tar
             d1, d2, _, _ = R.draft_two_steps(draft, torch.cat(parts, -1), ids[s])
             lens.append(R.accept_lengths(d1, d2, ids[s]).float())
         acc = torch.cat(lens).mean()
-        print(f"accept length with rank-0 partial sums in captures {bad_caps}: {acc:.3f}")
+        print(f"{name}: accept length with rank-0 partial sums in captures {bad_caps}: {acc:.3f}")
         assert acc < 1.2
 
 
@@ -347,6 +306,106 @@ def test_draft_names_and_config_match_sglang_eagle3_loader(pair, version, legacy
     hf = transformers.AutoConfig.from_pretrained(out / "draft")
     assert (hf.draft_vocab_size, hf.target_hidden_size, hf.head_dim) == (P.s_size, P.hidden, P.draft_head_dim)
     assert hf.eagle_config["eagle_aux_hidden_state_layer_ids"] == ids
+
+
+def _mla_draft_params(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """named_parameters() of Eagle3DeepseekV2ForCausalLM (sglang 0.5.14 kimi_k25_eagle3.py, TP=1, before
+    set_embed): Eagle3MLAModel's embed_tokens, fc (no fc_norm: the config sets none), midlayer
+    (Eagle3MLADecoderLayer: DeepseekV2AttentionMLA with its fused q_a + kv_a projection replaced by one of 2 x
+    hidden inputs, DeepseekV2MLP, three norms) and norm; lm_head over the draft vocabulary."""
+    H, heads, inter = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
+    qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    n_aux = len(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    lp = "model.midlayer."
+    return {
+        "model.embed_tokens.weight": (cfg["vocab_size"], H),
+        "model.fc.weight": (H, cfg["target_hidden_size"] * n_aux),
+        lp + "self_attn.fused_qkv_a_proj_with_mqa.weight":
+            (cfg["q_lora_rank"] + cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"], 2 * H),
+        lp + "self_attn.q_a_layernorm.weight": (cfg["q_lora_rank"],),
+        lp + "self_attn.q_b_proj.weight": (heads * qk, cfg["q_lora_rank"]),
+        lp + "self_attn.kv_a_layernorm.weight": (cfg["kv_lora_rank"],),
+        lp + "self_attn.kv_b_proj.weight": (heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]),
+                                            cfg["kv_lora_rank"]),
+        lp + "self_attn.o_proj.weight": (H, heads * cfg["v_head_dim"]),
+        lp + "mlp.gate_up_proj.weight": (2 * inter, H),
+        lp + "mlp.down_proj.weight": (H, inter),
+        lp + "input_layernorm.weight": (H,),
+        lp + "hidden_norm.weight": (H,),
+        lp + "post_attention_layernorm.weight": (H,),
+        "model.norm.weight": (H,),
+        "lm_head.weight": (cfg["draft_vocab_size"], H),
+    }
+
+
+def _map_like_sglang_mla(name: str) -> str:
+    """Eagle3DeepseekV2ForCausalLM.load_weights' name mapping (0.5.14): layers.0. -> midlayer., everything but
+    lm_head under model., gate/up stacked into gate_up_proj, q_a_proj and kv_a_proj_with_mqa fused (q first)."""
+    import re
+
+    mapped = re.sub(r"^layers\.0\.", "midlayer.", name)
+    if not mapped.startswith("lm_head."):
+        mapped = f"model.{mapped}"
+    for param_name, weight_name in ((".gate_up_proj", ".gate_proj"), (".gate_up_proj", ".up_proj")):
+        if weight_name in mapped:
+            return mapped.replace(weight_name, param_name)
+    for part in ("q_a_proj", "kv_a_proj_with_mqa"):
+        if part in mapped:
+            return mapped.replace(part, "fused_qkv_a_proj_with_mqa")
+    return mapped
+
+
+@pytest.mark.parametrize("sub", ["draft-mla", "draft-mla-miss"])
+def test_mla_draft_names_and_config_match_sglang_loader(pair, sub):
+    """Every parameter of sglang's Eagle3DeepseekV2ForCausalLM gets a weight of its shape from the checkpoint
+    (unknown names are only logged there and the parameter keeps torch.empty's garbage), the config is what
+    kimi_k25_eagle3.py / model_config.py read, and transformers parses it."""
+    out, _ = pair
+    cfg = json.loads((out / sub / "config.json").read_text())
+    params = _mla_draft_params(cfg)
+    tensors = load_file(out / sub / "model.safetensors")
+    loaded: dict[str, list[tuple[int, ...]]] = {}
+    for name, t in tensors.items():
+        if name in ("d2t", "t2d"):
+            continue
+        target = _map_like_sglang_mla(name)
+        assert target in params, f"checkpoint tensor {name} -> {target} is dropped (\"skipping unexpected weight\")"
+        loaded.setdefault(target, []).append(tuple(t.shape))
+    for pname, shape in params.items():
+        if pname == "model.embed_tokens.weight":
+            continue  # the target's (eagle_worker_v2 init_lm_head -> set_embed: hidden sizes are equal)
+        shards = loaded.get(pname)
+        assert shards, f"parameter {pname} gets no weight"
+        assert (sum(x[0] for x in shards), *shards[0][1:]) == shape, f"{pname} {shards} vs {shape}"
+    # both halves of the fused projection, in either order (the loader caches each and concatenates q, kv)
+    assert sorted(loaded["model.midlayer.self_attn.fused_qkv_a_proj_with_mqa.weight"]) == sorted([
+        (cfg["q_lora_rank"], 2 * P.hidden), (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"], 2 * P.hidden)])
+    hot = tensors["d2t"] + torch.arange(tensors["d2t"].shape[0])
+    assert hot.tolist() == list(range(P.s_start, P.s_start + P.s_size))
+    assert cfg["architectures"] == ["Eagle3DeepseekV2ForCausalLM"]  # model_config.py: an MLA architecture
+    assert cfg["num_hidden_layers"] == 1 and cfg["tie_word_embeddings"] is False
+    assert cfg["draft_vocab_size"] == P.s_size and cfg["target_hidden_size"] == cfg["hidden_size"] == P.hidden
+    assert cfg["q_lora_rank"] is not None  # Eagle3MLADecoderLayer raises without it
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [c - 1 for c in CAPS]
+    hf = transformers.AutoConfig.from_pretrained(out / sub)
+    rope = getattr(hf, "rope_parameters", None) or {"rope_type": "default"}
+    assert rope.get("rope_type", "default") == "default"  # kimi_k25_eagle3: rope_scaling None, plain RoPE
+    assert (hf.kv_lora_rank, hf.qk_rope_head_dim, hf.draft_vocab_size) == (
+        cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], P.s_size)
+
+
+@pytest.mark.parametrize("name", ["draft", "draft-mla"])
+def test_draft_attention_stays_on_its_own_position_at_long_context(pair, target, name):
+    """The construction needs each draft position to attend to itself; a long prompt of random ids repeats every
+    token of S about context / |S| times, which the attention must not confuse with the position itself (README
+    "The MLA draft": the rotary part separates repeats). At 16384 tokens (64 repeats of each token), with the
+    states the target keeps (aux ~ embed of the token), the last positions' weight on themselves stays >= 0.99."""
+    out, _ = pair
+    draft = _draft(out, name, target)
+    ids = torch.randint(0, P.vocab, (16384,), generator=torch.Generator().manual_seed(5))
+    w = R.self_attention_weight(draft, ids, last=32)
+    print(f"{name}: weight on itself over the last 32 positions of 16384: min {w.min():.5f}")
+    assert w.min() >= 0.99
 
 
 def test_target_names_follow_the_deepseek_checkpoint_layout(pair):
@@ -560,12 +619,13 @@ def test_miss_blocks_give_the_rates_and_every_request_realigns(preset):
         assert seen[0] and seen[1], k
 
 
-def test_miss_draft_drafts_its_map_and_accepts_what_was_computed(pair, target):
-    """The miss draft, run by the reference of sglang's draft math on the target's real captured states, drafts
-    exactly D (margins checked), and SGLang's rounds over its drafts accept exactly what simulate_rounds computed
-    from the construction alone."""
+@pytest.mark.parametrize("name, min_margin", MISS)
+def test_miss_draft_drafts_its_map_and_accepts_what_was_computed(pair, target, name, min_margin):
+    """The miss draft (GQA and MLA), run by the reference of sglang's draft math on the target's real captured
+    states, drafts exactly D (margins checked), and SGLang's rounds over its drafts accept exactly what
+    simulate_rounds computed from the construction alone."""
     out, _ = pair
-    draft = _draft(out, "draft-miss", target)
+    draft = _draft(out, name, target)
     st = G.build_structure(P, 0)
     dmap = G.miss_map(st)
     s_ids = torch.arange(P.s_start, P.s_start + P.s_size)
@@ -581,8 +641,8 @@ def test_miss_draft_drafts_its_map_and_accepts_what_was_computed(pair, target):
     for s in range(2):
         (d1, d2), (m1, m2) = R.draft_chain(draft, aux[s], ids[s], 2)
         assert torch.equal(d1, d_of(ids[s, 1:])) and torch.equal(d2, d_of(d1))  # the draft is its map D
-        assert min(m1.min().item(), m2.min().item()) > 10.0
-        print(f"miss draft: min margins {m1.min():.1f} / {m2.min():.1f}")
+        assert min(m1.min().item(), m2.min().item()) > min_margin
+        print(f"{name}: min margins {m1.min():.1f} / {m2.min():.1f}")
         acc = R.accept_chain([d1, d2], ids[s])  # a round starting at each position j (last verified token j+1)
         # SGLang's rounds: the prefill emits ids[40]; a round at last-verified position q accepts acc[q - 1]
         n_out = ids.shape[1] - 40 - 3  # stay inside the computed window
