@@ -26,6 +26,7 @@ class VerdictSpec:
     # grid mode: context -> concurrency -> min ratio (min_ratio is then empty)
     grid_min_ratio: dict[int, dict[int, float]] = field(default_factory=dict)
     first_burst_min_ratio: float | None = None  # grid mode: first-burst tok/s >= it x the same arm's warm tok/s
+    metric: str = "tok_s"  # what min_ratio compares: verdict.RATE_METRICS
 
 
 def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec) -> VerdictSpec:
@@ -33,7 +34,7 @@ def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec
     workload's."""
     v = Section(top.path, "verdict", top.get("verdict", None, True),
                 {"baseline", "speculative", "min_ratio", "fusion", "min_fusion_gain", "expect_accept_len",
-                 "accept_len_tolerance", "expect_break_even", "first_burst_min_ratio"})
+                 "accept_len_tolerance", "expect_break_even", "first_burst_min_ratio", "metric"})
     baseline = v.str_("baseline", required=True)
     check_arm(v, "baseline", baseline, arms, speculative=False)
     spec_arms = v.str_list("speculative", [a.name for a in arms.values() if a.speculative])
@@ -58,10 +59,23 @@ def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec
         expect_accept_len=v.num("expect_accept_len", None, min_=1.0),
         expect_break_even=v.num("expect_break_even", None, min_=0.0),
         accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0),
-        grid_min_ratio=grid_min_ratio, first_burst_min_ratio=_first_burst_min_ratio(v, workload.grid))
+        grid_min_ratio=grid_min_ratio, first_burst_min_ratio=_first_burst_min_ratio(v, workload.grid),
+        metric=_metric(v))
     if verdict.accept_len_tolerance is not None and verdict.expect_accept_len is None:
         raise v.error("accept_len_tolerance", "needs expect_accept_len (the value it is a tolerance of)")
     return verdict
+
+
+# what [verdict] metric may name (verdict.rate_vals computes each)
+METRICS = {"tok_s": "output tok/s over the window, prefill included",
+           "decode_tok_s": "the decode rate c users see: concurrency x 1000 / TPOT p50 (prefill excluded)"}
+
+
+def _metric(v: Section) -> str:
+    m = v.str_("metric", "tok_s")
+    if m not in METRICS:
+        raise v.error("metric", f"expected one of {', '.join(repr(k) for k in METRICS)}, got {m!r}")
+    return m
 
 
 def _parse_min_ratio(v: Section, concurrency: tuple[int, ...]) -> dict[int, float]:

@@ -31,6 +31,7 @@ from .verdict import (
     fusion_comparison,
     is_number,
     metrics_problem,
+    rate_vals,
     spread,
 )
 
@@ -142,12 +143,12 @@ def _ratio_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
     for ctx in sorted(v.grid_min_ratio):
         view = context_view(agg, ctx)
         for c, ratio in sorted(v.grid_min_ratio[ctx].items()):
-            base = _vals(view, v.baseline, c)
+            base = rate_vals(view, v.baseline, c, v.metric)
             for arm in v.speculative:
-                spec = _vals(view, arm, c)
+                spec = rate_vals(view, arm, c, v.metric)
                 k: dict[str, Any] = {"context": ctx, "concurrency": c, "arm": arm, "baseline": v.baseline,
-                                     "min_ratio": ratio}
-                cmp_ = compare(view, v.baseline, arm, c)
+                                     "min_ratio": ratio, **({"metric": v.metric} if v.metric != "tok_s" else {})}
+                cmp_ = compare(view, v.baseline, arm, c, v.metric)
                 if cmp_ is None:
                     missing = v.baseline if not base else arm
                     k.update(passed=False, why=f"no successful run of arm {missing!r} at context {ctx}, "
@@ -170,11 +171,6 @@ def _ratio_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
                         k["diagnosis"]["kernel_growth"] = g
                 checks.append(k)
     return checks
-
-
-def _vals(view: dict[str, Any], arm: str, c: int, metric: str = "tok_s") -> list[float]:
-    s = view.get(arm, {}).get("levels", {}).get(str(c), {}).get(metric)
-    return list(s["values"]) if s else []
 
 
 def _accept_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],
@@ -222,7 +218,7 @@ def table(agg: dict[str, Any], v: VerdictSpec, spec_arms: list[str], contexts: t
     for arm in spec_arms:
         for ctx in contexts:
             for c in concurrency:
-                cmp_ = compare(context_view(agg, ctx), v.baseline, arm, c)
+                cmp_ = compare(context_view(agg, ctx), v.baseline, arm, c, v.metric)
                 if cmp_ is None:
                     continue
                 cmp_.pop("break_even_profiled", None)
@@ -265,7 +261,9 @@ def evaluate_grid(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...]
     base_growth = kernel_growth(agg, v.baseline, "decode")
     if base_growth:
         growth[v.baseline] = base_growth
-    return {"rule": RULE, "passed": not reasons, "checks": checks, "fusion": fusion, "table": rows,
+    rule = RULE if v.metric == "tok_s" else RULE.replace(
+        "warm output tok/s", "warm decode tok/s: concurrency x 1000 / TPOT p50")
+    return {"rule": rule, "passed": not reasons, "checks": checks, "fusion": fusion, "table": rows,
             "kernel_growth": growth, "reasons": reasons}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import summary_keys
-from .config_verdict import VerdictSpec
+from .config_verdict import METRICS, VerdictSpec
 from .stats import median
 
 # per arm and concurrency, spread over the repeats (bare latency names are p50 within a run)
@@ -124,6 +124,20 @@ def _vals(agg: dict[str, Any], arm: str, c: int, metric: str) -> list[float]:
     return list(s["values"]) if s else []
 
 
+# what a verdict compares ([verdict] metric, config_verdict.METRICS): output tok/s over the window (prefill
+# included), or the decode rate c users see, c x 1000 / TPOT p50 (prefill excluded: at 32k+ tokens a 256-token
+# answer's window is mostly the prefill, which speculation does not touch)
+RATE_METRICS = tuple(METRICS)
+
+
+def rate_vals(agg: dict[str, Any], arm: str, c: int, metric: str = "tok_s") -> list[float]:
+    """One value per repeat of the verdict's rate at concurrency c (see RATE_METRICS), from the aggregate's
+    tok_s, or its TPOT p50 for decode_tok_s."""
+    if metric == "decode_tok_s":
+        return [c * 1000.0 / t for t in _vals(agg, arm, c, "tpot_ms") if t and t > 0]
+    return _vals(agg, arm, c, "tok_s")
+
+
 def diagnose(*, ratio: float, accept_len: float | None, break_even: float | None,
              median_ratio: float | None, spread_fail: bool, expect_accept_len: float | None,
              expect_break_even: float | None) -> dict[str, Any]:
@@ -162,9 +176,10 @@ def diagnose(*, ratio: float, accept_len: float | None, break_even: float | None
     return {"regressed": regressed, "notes": notes}
 
 
-def compare(agg: dict[str, Any], baseline: str, arm: str, c: int) -> dict[str, Any] | None:
-    """Median ratio, accept length and break-even accept length of one speculative arm at one concurrency."""
-    spec, base = _vals(agg, arm, c, "tok_s"), _vals(agg, baseline, c, "tok_s")
+def compare(agg: dict[str, Any], baseline: str, arm: str, c: int, metric: str = "tok_s") -> dict[str, Any] | None:
+    """Median ratio (of `metric`: RATE_METRICS), accept length and break-even accept length of one speculative arm
+    at one concurrency."""
+    spec, base = rate_vals(agg, arm, c, metric), rate_vals(agg, baseline, c, metric)
     if not spec or not base:
         return None
     decode_ms = _median(_vals(agg, baseline, c, "step_ms"))
@@ -194,11 +209,11 @@ def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], 
     at every concurrency."""
     checks = []
     for c, ratio in sorted(v.min_ratio.items()):
-        base = _vals(agg, v.baseline, c, "tok_s")
+        base = rate_vals(agg, v.baseline, c, v.metric)
         for arm in v.speculative:
-            spec = _vals(agg, arm, c, "tok_s")
+            spec = rate_vals(agg, arm, c, v.metric)
             check: dict[str, Any] = {"concurrency": c, "arm": arm, "baseline": v.baseline, "min_ratio": ratio}
-            cmp_ = compare(agg, v.baseline, arm, c)
+            cmp_ = compare(agg, v.baseline, arm, c, v.metric)
             if cmp_ is None:
                 missing = v.baseline if not base else arm
                 check.update(passed=False, why=f"no successful run of arm {missing!r} at concurrency {c}")
@@ -217,7 +232,7 @@ def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], 
     if v.accept_len_tolerance is not None:
         checks += _accept_checks(agg, v)
     table = [t for arm in (spec_arms or list(v.speculative)) for c in concurrency
-             if (t := compare(agg, v.baseline, arm, c)) is not None]
+             if (t := compare(agg, v.baseline, arm, c, v.metric)) is not None]
     fusion = fusion_comparison(agg, v, concurrency)
     reasons = []
     for k in checks:

@@ -15,6 +15,7 @@ from bench_fakes import alive, write_grid_config
 
 from sglang_blackwell.bench.eagle3 import crosscheck, grid_verdict, trace, triton_cache
 from sglang_blackwell.bench.eagle3.config import load_config
+from sglang_blackwell.bench.eagle3.config_section import ConfigError
 from sglang_blackwell.bench.eagle3.readme_table import (
     BEGIN,
     END,
@@ -338,3 +339,38 @@ def test_grid_block_has_a_section_per_judged_arm_the_verdicts_first(grid_cfg, tm
     assert (judged_arm(main_r), judged_arm(other)) == ("eagle3", "eagle3-patch-off")
     heads = [ln for ln in grid_markdown(load_receipts(results)).splitlines() if ln.startswith("**fakegrid**")]
     assert len(heads) == 2 and "eagle3 / baseline" in heads[0] and "eagle3-patch-off / baseline" in heads[1]
+
+
+def test_decode_metric_judges_the_decode_rate_not_the_prefill_bound_window(tmp_path: Path) -> None:
+    """[verdict] metric = "decode_tok_s": a long-context cell whose window is mostly prefill (tok/s nearly equal)
+    passes on the decode rate (c x 1000 / TPOT p50) and fails when the TPOTs are close; the default metric keeps
+    judging the window's tok/s."""
+    p = write_grid_config(tmp_path, verdict_extra="", min_ratio="{ 16 = { 1 = 1.3, 2 = 1.3 }, 64 = { 1 = 1.3 } }")
+
+    def runs(spec_tpot: float) -> list[dict]:
+        rs = _runs()
+        for r in rs:
+            for per_c in r["cells"].values():
+                for cell in per_c.values():
+                    cell["tok_s"] = 100.0 if r["arm"] == "baseline" else 105.0  # the prefill-bound window
+                    cell["tpot_ms"] = 12.0 if r["arm"] == "baseline" else spec_tpot
+        return rs
+
+    text = p.read_text().replace("[verdict]\n", "[verdict]\nmetric = \"decode_tok_s\"\n", 1)
+    p.write_text(text)
+    decode = load_config(p)
+    assert decode.verdict.metric == "decode_tok_s"
+    good = build_receipt(decode, ["baseline", "eagle3"], runs(spec_tpot=7.5), repeats=1, mode="launch")["verdict"]
+    assert good["passed"] is True, good["reasons"]
+    row = next(t for t in good["table"] if (t["context"], t["concurrency"]) == (64, 1))
+    assert row["median_ratio"] == pytest.approx(12.0 / 7.5, abs=1e-4) and "TPOT" in good["rule"]
+    bad = build_receipt(decode, ["baseline", "eagle3"], runs(spec_tpot=10.0), repeats=1, mode="launch")["verdict"]
+    assert bad["passed"] is False
+    k = next(k for k in bad["checks"] if k.get("context") == 64 and k["concurrency"] == 1)
+    assert k["metric"] == "decode_tok_s" and k["worst_over_best"] == pytest.approx(12.0 / 10.0, abs=1e-4)
+    p.write_text(text.replace('metric = "decode_tok_s"\n', ""))
+    window = build_receipt(load_config(p), ["baseline", "eagle3"], runs(spec_tpot=7.5), repeats=1, mode="launch")
+    assert window["verdict"]["passed"] is False  # 105 / 100 tok/s: the window's rate fails the 1.3 bars
+    p.write_text(text.replace('metric = "decode_tok_s"', 'metric = "tpot"'))
+    with pytest.raises(ConfigError, match="metric"):
+        load_config(p)
