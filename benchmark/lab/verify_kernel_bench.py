@@ -3,8 +3,9 @@
 split-KV kernel (P8, `verify_shared_kv_fwd`) against `extend_attention_fwd` (what target-verify runs without
 it) and upstream's per-head split-KV kernel (`verify_splitkv_fwd`, gated to AMD gfx95 upstream), at the lab
 pair's / Kimi-K2.x TP8's shape (8 query heads, one 512 + 64 latent KV head, 3 draft tokens, bf16), per prefix
-length and batch size; plus a few tiles of ours at one shape (the tuning that chose the default). Writes a
-receipt (kind verify-kernel-bench).
+length and batch size; plus a few tiles of ours at one shape (the tuning that chose the default). With `--shapes`,
+also the draft models' draft-extend (P11: the same kernel) at the lab drafts' shapes: `gqa` (32 query / 8 KV heads
+of 128, separate K and V) and `mla` (8 heads, one 512 + 64 latent). Writes a receipt (kind verify-kernel-bench).
 
     PYTHONPATH=/tmp/site:python:test python3 benchmark/lab/verify_kernel_bench.py --out DIR [--contexts ...]
 
@@ -31,6 +32,7 @@ for p in (ROOT / "python", ROOT / "test"):
 
 from sglang_blackwell import receipts  # noqa: E402
 from sglang_blackwell.box import nvidia_smi  # noqa: E402
+from support import scenarios_draft_extend as drafts  # noqa: E402
 from support.scenarios_verify import _args, make_inputs  # noqa: E402
 
 TILES = [(4, 32, 8, 1), (4, 16, 8, 1), (8, 32, 8, 1), (4, 32, 16, 1), (4, 64, 8, 1)]
@@ -57,6 +59,22 @@ def _graph_us(fn, calls: int, reps: int, warmup: int) -> float:
     return statistics.median(times)
 
 
+def _problem(shape: str, ctx: int, bs: int, heads: int) -> tuple[tuple, int]:
+    """(extend_attention_fwd's arguments on the GPU, KV bytes a prefix token holds) of one shape: the target's
+    verify (P8) or a lab draft's draft-extend (P11)."""
+    if shape == "target":
+        x = make_inputs({"bs": bs, "h": heads, "draft": 3, "prefix": [ctx] * bs, "kv": "bf16"})
+        x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
+        return _args(x, torch.zeros(bs * 3, heads, 512, dtype=torch.bfloat16, device="cuda")), 576 * 2
+    h_q, h_kv, d, dv = drafts.SHAPES[shape]
+    x = drafts.make_inputs({"shape": shape, "bs": bs, "draft": 3, "prefix": [ctx] * bs, "kv": "bf16"})
+    x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
+    if shape == "mla":  # the values are views of the keys (MLA's latent pool)
+        x["v_ext"], x["v_buf"] = x["k_ext"][..., :dv], x["k_buf"][..., :dv]
+    token_bytes = h_kv * (d + (0 if shape == "mla" else dv)) * 2
+    return drafts._args(x, torch.zeros(bs * 3, h_q, dv, dtype=torch.bfloat16, device="cuda")), token_bytes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -68,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--layers", type=int, default=61)
     ap.add_argument("--no-per-head", action="store_true", help="skip upstream's per-head kernel")
+    ap.add_argument("--shapes", nargs="+", default=["target"], choices=["target", "gqa", "mla"],
+                    help="target: target-verify at --heads (P8); gqa / mla: the lab drafts' draft-extend (P11)")
+    ap.add_argument("--no-tiles", action="store_true", help="skip the tile sweep")
     a = ap.parse_args(argv)
     from sglang.srt.layers.attention.triton_ops import verify_shared_kv as ours
     from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
@@ -75,30 +96,28 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     rows, errors = [], {}
-    for ctx in a.contexts:
-        for bs in a.batch:
-            x = make_inputs({"bs": bs, "h": a.heads, "draft": 3, "prefix": [ctx] * bs, "kv": "bf16"})
-            x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
-            out = torch.zeros(bs * 3, a.heads, 512, dtype=torch.bfloat16, device="cuda")
-            args = _args(x, out)
-            row = {"context": ctx, "batch": bs}
-            row["extend_us"] = round(_graph_us(lambda: extend_attention_fwd(*args), a.calls, a.reps, a.warmup), 2)
-            row["splitkv_us"] = round(_graph_us(lambda: ours.verify_shared_kv_fwd(*args, max_bs=max(a.batch)),
-                                                a.calls, a.reps, a.warmup), 2)
-            if not a.no_per_head and "per_head" not in errors:
-                try:
-                    row["per_head_us"] = round(_graph_us(
-                        lambda: verify_splitkv_fwd(*args, max_bs=max(a.batch)), a.calls, a.reps, a.warmup), 2)
-                except Exception as e:  # upstream's kernel is not built for NVIDIA: say how it fails
-                    errors["per_head"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-            kv_bytes = bs * ctx * 576 * 2
-            row["splitkv_GBps"] = round(kv_bytes / row["splitkv_us"] / 1e3, 1)
-            row["speedup"] = round(row["extend_us"] / row["splitkv_us"], 2)
-            row["per_verify_ms"] = {k: round(row[k + "_us"] * a.layers / 1e3, 3) for k in ("extend", "splitkv")}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for shape, ctx, bs in ((s_, c_, b_) for s_ in a.shapes for c_ in a.contexts for b_ in a.batch):
+        args, token_bytes = _problem(shape, ctx, bs, a.heads)
+        row = {"shape": shape, "context": ctx, "batch": bs}
+        row["extend_us"] = round(_graph_us(lambda args=args: extend_attention_fwd(*args), a.calls, a.reps,
+                                           a.warmup), 2)
+        row["splitkv_us"] = round(_graph_us(lambda args=args: ours.verify_shared_kv_fwd(*args, max_bs=max(a.batch)),
+                                            a.calls, a.reps, a.warmup), 2)
+        if shape == "target" and not a.no_per_head and "per_head" not in errors:
+            try:
+                row["per_head_us"] = round(_graph_us(
+                    lambda args=args: verify_splitkv_fwd(*args, max_bs=max(a.batch)), a.calls, a.reps, a.warmup), 2)
+            except Exception as e:  # upstream's kernel is not built for NVIDIA: say how it fails
+                errors["per_head"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        row["splitkv_GBps"] = round(bs * ctx * token_bytes / row["splitkv_us"] / 1e3, 1)
+        row["speedup"] = round(row["extend_us"] / row["splitkv_us"], 2)
+        row["per_verify_ms"] = {k: round(row[k + "_us"] * a.layers / 1e3, 3) for k in ("extend", "splitkv")}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     tiles = []
     ctx, bs = max(a.contexts), 1
+    if a.no_tiles or "target" not in a.shapes:
+        TILES.clear()
     x = make_inputs({"bs": bs, "h": a.heads, "draft": 3, "prefix": [ctx], "kv": "bf16"})
     x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
     out = torch.zeros(3, a.heads, 512, dtype=torch.bfloat16, device="cuda")
@@ -118,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     cap = torch.cuda.get_device_capability()
     chosen = ours.plan_launch(a.heads, 1, 576, 512, 3, cap, v_is_k=True)
     summary = {"heads": a.heads, "draft_tokens": 3, "kv": "bf16", "layers": a.layers,
-               "speedup_by_context_bs1": {str(r["context"]): r["speedup"] for r in rows if r["batch"] == 1},
+               "speedup_by_context_bs1": {str(r["context"]): r["speedup"] for r in rows
+                                          if r["batch"] == 1 and r["shape"] == "target"},
+               "speedup_by_shape_context_bs1": {f"{r['shape']}:{r['context']}": r["speedup"] for r in rows
+                                                if r["batch"] == 1},
                "default_tile": [chosen.constexprs["BLOCK_H"], chosen.constexprs["BLOCK_N"], chosen.num_warps,
                                 chosen.num_stages],
                "wall_s": round(time.monotonic() - t0, 1)}

@@ -45,7 +45,7 @@ def server_command(cfg: BenchConfig, arm: ArmSpec, port: int) -> list[str]:
         cmd += ["--tokenizer-path", cfg.model.tokenizer]
     cmd += cfg.server.args
     if arm.speculative:
-        cmd += [*cfg.speculative_args, "--speculative-draft-model-path", str(cfg.model.draft)]
+        cmd += [*cfg.speculative_args, "--speculative-draft-model-path", str(arm.draft or cfg.model.draft)]
     cmd += arm.args
     return cmd
 
@@ -114,7 +114,8 @@ def _safe(name: str) -> str:
 
 
 def check_identity(info: dict[str, Any], cfg: BenchConfig, arm: ArmSpec, url: str) -> None:
-    """The server must be what the arm says: speculative or not, and the configured TP size."""
+    """The server must be what the arm says: speculative or not (with the arm's draft), and the configured TP
+    size."""
     alg = info.get("speculative_algorithm")
     if arm.speculative and not alg:
         raise BenchRunError(f"arm {arm.name!r} is speculative but {url} reports "
@@ -122,6 +123,9 @@ def check_identity(info: dict[str, Any], cfg: BenchConfig, arm: ArmSpec, url: st
     if not arm.speculative and alg:
         raise BenchRunError(f"arm {arm.name!r} is the non-speculative baseline but {url} reports "
                             f"speculative_algorithm={alg!r}")
+    draft, want = info.get("speculative_draft_model_path"), arm.draft or cfg.model.draft
+    if arm.speculative and draft is not None and want is not None and draft != want:
+        raise BenchRunError(f"arm {arm.name!r}: {url} serves the draft {draft!r}, the config says {want!r}")
     tp = info.get("tp_size")
     if tp is not None and tp != cfg.server.tp:
         raise BenchRunError(f"arm {arm.name!r}: {url} runs tp_size={tp}, "

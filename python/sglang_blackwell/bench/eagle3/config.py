@@ -7,7 +7,8 @@ to a default). Paths in the config (the prompt file) are relative to the config 
     [model]     target, draft, tokenizer ("target" | "none" | a path), target_layers
     [server]    tp, launcher, host, port, args, env, startup_timeout_s, teardown_grace_s, record_step_time
     [speculative] args                      (added to every arm with speculative = true, with the draft path)
-    [arms.<name>] speculative, args, env    (at least two arms; one baseline, one speculative)
+    [arms.<name>] speculative, draft, args, env   (at least two arms; one baseline, one speculative; draft: the
+                arm's own draft model instead of [model] draft, for drafts side by side)
     [workload]  api, prompts, prompt_template, output_len, concurrency, rounds, repeats, warmup_output_len,
                 stream, token_range, contexts, prompt_seed
                 api: "completions" (streamed /v1/completions, text prompts), "chat" (streamed
@@ -190,8 +191,9 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
 
     arms = parse_arms(top)
     if any(a.speculative for a in arms.values()):
-        if not model.draft:
-            raise m.error("draft", "missing: arms with speculative = true need the draft model path")
+        if not model.draft and any(a.speculative and not a.draft for a in arms.values()):
+            raise m.error("draft", "missing: arms with speculative = true need the draft model path (here, or "
+                                   "the arm's own draft)")
         if not speculative_args:
             raise sp.error("args", "missing: speculative arms need e.g. "
                                    "[\"--speculative-algorithm\", \"EAGLE3\", ...]")

@@ -1,5 +1,5 @@
-"""A benchmark config's `[arms.<name>]` tables (speculative, args, env) -> ArmSpec; the check that a key names an
-arm (of the kind it needs); the flags the harness sets itself, which no `args` may set."""
+"""A benchmark config's `[arms.<name>]` tables (speculative, draft, args, env) -> ArmSpec; the check that a key
+names an arm (of the kind it needs); the flags the harness sets itself, which no `args` may set."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class ArmSpec:
     speculative: bool
     args: tuple[str, ...]
     env: dict[str, str]
+    draft: str | None = None  # this arm's draft model, instead of [model] draft (two drafts side by side)
 
 
 def parse_arms(top: Section) -> dict[str, ArmSpec]:
@@ -27,8 +28,11 @@ def parse_arms(top: Section) -> dict[str, ArmSpec]:
         raise top.error("arms", "needs at least two [arms.<name>] tables (a baseline and a speculative arm)")
     arms: dict[str, ArmSpec] = {}
     for arm_name, arm_data in arms_raw.items():
-        a = Section(top.path, f"arms.{arm_name}", arm_data, {"speculative", "args", "env"})
-        arms[arm_name] = ArmSpec(arm_name, a.bool_("speculative", False), a.str_list("args"), a.env("env"))
+        a = Section(top.path, f"arms.{arm_name}", arm_data, {"speculative", "draft", "args", "env"})
+        arms[arm_name] = ArmSpec(arm_name, a.bool_("speculative", False), a.str_list("args"), a.env("env"),
+                                 a.str_("draft"))
+        if arms[arm_name].draft is not None and not arms[arm_name].speculative:
+            raise a.error("draft", "a draft model is for an arm with speculative = true")
         no_harness_flags(a, "args", arms[arm_name].args)
         if "," in arm_name:
             raise a.error(None, "arm names must not contain ',' (--arms takes a comma-separated list)")

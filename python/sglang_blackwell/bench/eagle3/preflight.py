@@ -92,8 +92,9 @@ def model_problem(value: str) -> str | None:
 
 def check_models(cfg: BenchConfig, arms: list[str]) -> None:
     wanted = [("target", cfg.model.target)]
-    if any(cfg.arms[a].speculative for a in arms) and cfg.model.draft:
+    if any(cfg.arms[a].speculative and not cfg.arms[a].draft for a in arms) and cfg.model.draft:
         wanted.append(("draft", cfg.model.draft))
+    wanted += [(f"draft of arm {a}", cfg.arms[a].draft) for a in arms if cfg.arms[a].draft]
     if cfg.model.tokenizer not in ("target", "none"):
         wanted.append(("tokenizer", cfg.model.tokenizer))
     for key, value in wanted:

@@ -245,3 +245,24 @@ def test_target_layers_and_accept_tolerance_keys(tmp_path):
     p.write_text(tomlio.dumps(raw))
     with pytest.raises(ConfigError, match=r"\[verdict\] accept_len_tolerance: needs expect_accept_len"):
         load_config(p)
+
+
+def test_an_arm_may_name_its_own_draft(tmp_path: Path) -> None:
+    """Two drafts side by side (the GQA and the MLA lab drafts): an arm's `draft` replaces [model] draft in its
+    server command; a baseline arm with a draft is refused; the server must report the arm's draft."""
+    from sglang_blackwell.bench.eagle3.arm_run import check_identity, server_command
+    from sglang_blackwell.bench.eagle3.run_error import BenchRunError
+
+    p = write_config(tmp_path, fusion_env=None)
+    text = p.read_text()
+    p.write_text(text.replace("[arms.eagle3]\n", "[arms.eagle3]\ndraft = \"/fake/draft-mla\"\n", 1))
+    cfg = load_config(p)
+    cmd = server_command(cfg, cfg.arms["eagle3"], 1234)
+    assert cmd[cmd.index("--speculative-draft-model-path") + 1] == "/fake/draft-mla"
+    info = {"speculative_algorithm": "EAGLE3", "tp_size": cfg.server.tp}
+    check_identity({**info, "speculative_draft_model_path": "/fake/draft-mla"}, cfg, cfg.arms["eagle3"], "u")
+    with pytest.raises(BenchRunError, match="draft"):
+        check_identity({**info, "speculative_draft_model_path": "/fake/draft"}, cfg, cfg.arms["eagle3"], "u")
+    p.write_text(text.replace("[arms.baseline]\n", "[arms.baseline]\ndraft = \"/fake/draft-mla\"\n", 1))
+    with pytest.raises(ConfigError, match=r"arms\.baseline.*draft"):
+        load_config(p)

@@ -170,3 +170,27 @@ def test_grid_config_expectation_is_the_computed_one():
         figures = " / ".join(f"{got['cells'][f'{x}x{c}']['warm']['accept_len']:.4f}" for c in w["concurrency"])
         assert f"{x}: {figures}" in " ".join(text.replace("#", " ").split()), (x, figures)
     assert abs(exp - (1 + sum(G.MISS_RATES))) <= tol  # the published rates' 2.04
+
+
+def test_long_config_expectation_is_the_computed_one():
+    """lab-kimi61-long.toml: both drafts (GQA, MLA) draft the same map, the accept length it expects is
+    expect_accept.py's over the harness's prompts, every cell (with the fold's last rounds left out) within the
+    tolerance, the per-cell numbers its comment states the computed ones; the verdict judges the decode rate."""
+    from sglang_blackwell.tomlio import tomllib
+
+    path = ROOT / "benchmark" / "lab-kimi61-long.toml"
+    text = path.read_text()
+    cfg = tomllib.loads(text)
+    w, v = cfg["workload"], cfg["verdict"]
+    assert cfg["model"]["draft"] == "/tmp/lab61/draft" and cfg["arms"]["eagle3-mla"]["draft"] == (
+        "/tmp/lab61/draft-mla-miss")
+    assert v["metric"] == "decode_tok_s" and set(v["speculative"]) == {"eagle3", "eagle3-mla"}
+    got = X.expectation(path, "miss")
+    exp, tol = v["expect_accept_len"], v["accept_len_tolerance"]
+    assert exp == got["all_warm"]["accept_len"]
+    for key, cell in got["cells"].items():
+        lo, hi = cell["warm"]["accept_len_last_rounds_dropped"]
+        assert max(abs(cell["warm"]["accept_len"] - exp), abs(lo - exp), abs(hi - exp)) <= tol, key
+    flat = " ".join(text.replace("#", " ").split())
+    for x in w["contexts"]:
+        assert f"{x}: {got['cells'][f'{x}x1']['warm']['accept_len']:.4f}" in flat, x

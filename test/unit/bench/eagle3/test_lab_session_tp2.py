@@ -22,7 +22,7 @@ from support.tools import SHELLCHECK, ToolUnavailable, pip_tool  # noqa: E402
 ROOT = TEST_ROOT.parent
 LAB = ROOT / "benchmark" / "lab"
 SCRIPTS = ["session_tp2.sh", "pack_parts.sh", "gpu_suite.sh", "serve_check.sh", "bench_eagle3.sh"]
-GRID_SCRIPTS = ["session_grid.sh", "first_burst_probe.sh"]  # the verify issue's lab session (TP=1)
+GRID_SCRIPTS = ["session_grid.sh", "first_burst_probe.sh", "session_long.sh"]  # the TP=1 grid sessions
 # the other scripts that source lib.sh (its log, die, usage, check_deadline, end_leftover_session)
 LIB_USERS = ["userpath.sh", "session_tp1.sh", "session.sh"]  # session.sh: parsed only
 MIB = 2**20
