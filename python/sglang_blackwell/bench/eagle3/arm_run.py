@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,9 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
         progress(f"  FAILED: {str(e).splitlines()[0]}")
     except Exception as e:  # anything else costs this arm run, not the runs already measured
         rec["error"] = f"{type(e).__name__}: {e}"
-        progress(f"  FAILED: {rec['error'].splitlines()[0]}")
+        # where it came from (an unexpected error is a bug of ours or of the host): the innermost frames
+        rec["error_where"] = [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_tb(e.__traceback__)[-6:]]
+        progress(f"  FAILED: {rec['error'].splitlines()[0]} (at {' <- '.join(reversed(rec['error_where'][-3:]))})")
     return rec
 
 

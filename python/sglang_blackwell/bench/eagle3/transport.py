@@ -181,11 +181,13 @@ class Reply:
 
     def _read(self, until: tuple[float, str]) -> bytes:
         """The next bytes, waiting no later than the earliest of `until`, the total and the run deadline."""
+        if self.resp.isclosed():  # read to its end: http.client closed it, and the socket with it
+            return b""
         at, why = min(until, self.total_at, _run_at(), key=lambda x: x[0])
         left = at - time.monotonic()
         if left <= 0:
             raise _timeout(self.where, why)
-        if self.sock is not None:
+        if self.sock is not None and self.sock.fileno() >= 0:  # a closed socket's settimeout is EBADF
             self.sock.settimeout(left)
         try:
             data = self.resp.read1(READ_SIZE)
