@@ -94,7 +94,7 @@ def test_cuda_graph_replay_at_other_prefix_lengths(shape):
     with torch.cuda.graph(graph):
         step()
     worst = 0.0
-    for prefix in ([17, 9000], [4096, 0], [11999, 64]):
+    for prefix in ([17, 9000], [4096, 0], [11900, 64]):  # each at most the 12000 prefix rows captured
         y = make_inputs({**captured, "prefix": prefix}, seed=sum(prefix))
         x["kv_indptr"].copy_(y["kv_indptr"].cuda())
         x["kv_indices"][: y["kv_indices"].numel()].copy_(y["kv_indices"].cuda())
