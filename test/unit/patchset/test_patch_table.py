@@ -35,7 +35,9 @@ def test_rows_say_carried_or_absorbed_since(monkeypatch):
     assert by_id["P8"].cells == {"0.5.14": "`0006-splitkv-verify-mla-on-cuda`",
                                  "0.5.23": "`0005-splitkv-verify-mla-on-cuda`"}
     assert by_id["P9"].cells["0.5.14"] == "`0007-warmup-first-use-compiles`"
-    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 10)]
+    assert by_id["P11"].cells == {"0.5.14": "`0008-splitkv-draft-extend-on-cuda`",
+                                  "0.5.23": "`0007-splitkv-draft-extend-on-cuda`"}
+    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 12) if i != 10]
 
 
 def test_update_block_rewrites_only_the_block(tmp_path, tiny_base, capsys):
