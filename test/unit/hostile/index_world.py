@@ -257,6 +257,9 @@ class ProgressToStdout:
         sys.stdout.flush()
         sys.__stderr__.flush()
 
+    def isatty(self):
+        return False
+
 
 sys.stderr = ProgressToStdout()
 from sglang_blackwell.cli import main
