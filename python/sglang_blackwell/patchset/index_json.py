@@ -18,6 +18,8 @@ UserError (exit 2) in one line naming the index URL and the field, e.g.
 `https://pypi.org/pypi/sglang/json: releases["0.5.9"][1].digests.sha256: "ab\\n--no-binary" is not 64 hex digits`.
 A document nested too deep for the JSON reader, one larger than the client's cap, one that is not UTF-8 or not
 JSON: the same, naming the URL. Only wheels are taken; an sdist (or an egg) is skipped, its fields type-checked.
+What is read is checked: the release asked for, or (for the newest) every final release; a pre-release or a
+key that is no PEP 440 version is never read.
 """
 
 from __future__ import annotations
@@ -204,13 +206,15 @@ def release(distribution: str, version: str | None = None, index: str | None = N
         files, unhashed = _files(doc, f"releases[{json.dumps(version)}]", releases[version])
         return Release(distribution, version, files, unhashed)
     candidates = []
-    for v, entries in releases.items():
-        files, unhashed = _files(doc, f"releases[{json.dumps(v)}]", entries)
+    for v, entries in releases.items():  # only final releases are read (the others are never used)
         try:
             ver = Version(v)
         except InvalidVersion:
             continue
-        if not ver.is_prerelease and not ver.is_devrelease and files:
+        if ver.is_prerelease or ver.is_devrelease:
+            continue
+        files, unhashed = _files(doc, f"releases[{json.dumps(v)}]", entries)
+        if files:
             candidates.append((ver, v, files, unhashed))
     if candidates:
         _, v, files, unhashed = max(candidates, key=lambda c: c[0])
