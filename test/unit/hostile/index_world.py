@@ -244,14 +244,16 @@ def bump_argv(idx: Index, *extra: str) -> list[str]:
 
 UPSTREAM = ["check", "--upstream", "latest", "--base", w.BASE]
 
-# the CLI with its progress lines ("pip download ... from ...") on stdout: stderr keeps the error alone, so the
-# yardstick's one-line rule judges the error line itself (a download that fails has started, and said so)
+# the CLI with its progress lines ("pip download ... from ...", the indented lines of commands.progress) on
+# stdout: stderr keeps the error alone, so the yardstick's one-line rule judges the error line itself (a download
+# that fails has started, and said so)
 PROGRESS_TO_STDOUT = r'''
 import sys
 
 class ProgressToStdout:
     def write(self, text):
-        return (sys.stdout if text.lstrip().startswith(("pip download ", "cached ")) else sys.__stderr__).write(text)
+        progress = text.startswith("  ") or text.startswith(("pip download ", "cached "))  # commands.progress: "  ..."
+        return (sys.stdout if progress else sys.__stderr__).write(text)
 
     def flush(self):
         sys.stdout.flush()

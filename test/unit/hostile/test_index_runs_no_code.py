@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from sglang_blackwell.patchset.bases import load_base
 from support import hostile
 from support.hostile import Case
+from support.wheel_world import ORIGINAL, make_wheel
 
 from . import core_world as w
 from . import index_world as iw
@@ -179,3 +181,36 @@ def test_a_good_index_still_reports_drift(index: Index, tmp_path: Path):  # noqa
 def test_case_ids_unique():
     assert len({c for c, _ in CASES}) == len(CASES)
     assert json.dumps([c for c, _ in CASES])  # plain names (pytest ids)
+
+
+# ---- lock: what pip's report hands over from the index ------------------------------------------------------------
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def needs_depa(idx: Index, tmp: Path) -> None:
+    """The pinned sglang wheel requires depa (the cache entry and the pin rewritten to it, the label relocked); the
+    index serves depa 1.0 with PEP 658 metadata (so pip's resolver never downloads it and its report passes the
+    index's hash on as given) and a page whose hash fragment carries a pip option after the digest."""
+    old = w.cached_wheel(tmp)
+    data = old.read_bytes()
+    make_wheel(old, "sglang", "0.0.1", {"sglang/__init__.py": b"", "sglang/gate.py": ORIGINAL}, requires=["depa"])
+    new = old.read_bytes()
+    w.edit_toml(tmp, iw.sha256(data), iw.sha256(new))
+    w.edit_toml(tmp, f"size = {len(data)}", f"size = {len(new)}")
+    w.relock(tmp)
+    depa = make_wheel(idx.root / "depa-1.0-py3-none-any.whl", "depa", "1.0", {"depa/__init__.py": b""})
+    meta = b"Metadata-Version: 2.1\nName: depa\nVersion: 1.0\n\n"
+    (idx.root / (depa.name + ".metadata")).write_bytes(meta)
+    mh = iw.sha256(meta)
+    page = (f'<html><body><a href="/{depa.name}#sha256={iw.sha256(depa.read_bytes())} --no-binary :all:" '
+            f'data-dist-info-metadata="sha256={mh}" data-core-metadata="sha256={mh}">{depa.name}</a></body></html>')
+    idx.routes["/simple/depa/"] = iw.body(page, "text/html")
+
+
+def test_lock_refuses_a_hash_that_carries_a_pip_option(index: Index, tmp_path: Path):  # noqa: F811 - the fixture
+    c = Case("lock-sha256-carries-a-pip-option", ITEM,
+             ["lock", "--base", w.BASE, "--python-version", PY, "--index-url", f"{index.url}/simple/"],
+             names=("depa 1.0", "not 64 hex digits", "no lock was written"), setup=iw.world(index, needs_depa),
+             watch=("patches/9.9.9/locks",), env=iw.env(index), timeout=180, cli=iw.progress_to_stdout_cli())
+    hostile.assert_clean(c, tmp_path)
