@@ -174,6 +174,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     def parsed(verb: str) -> bool:  # no option of the top-level parser takes a value: the first word is the verb
         return words is None or words[:1] == [verb]
 
+    from .httpclient import Limits  # the client's default deadlines, in the help of the verbs that read an index
+
     ap = Parser(prog="sglang-blackwell", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sglang-blackwell {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -207,6 +209,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                    help="'latest', or NAME==VERSION[,NAME==VERSION] (e.g. sglang==0.5.24): the releases to try "
                         "the series on (default base: the newest)")
     p.add_argument("--json", action="store_true", help="with --upstream: print the report as JSON")
+    p.add_argument("--request-timeouts", metavar="FIRST,IDLE,TOTAL",
+                   help="with --upstream: deadlines in seconds of every read of the index (its first byte, the "
+                        "longest wait between two bytes, the whole answer) and TOTAL of every download (default "
+                        f"{Limits().text()}, as bench eagle3)")
     p.set_defaults(fn=lambda a: _patchset().cmd_check(a))
 
     p = sub.add_parser("checkout", help="upstream tree as a git repo with one commit per patch")

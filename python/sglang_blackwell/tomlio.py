@@ -28,9 +28,10 @@ def load_file(path: Path, what: str = "") -> dict[str, Any]:
 
 
 def _toml_key(k: str) -> str:
-    return k if k and all(c.isalnum() or c in "-_" for c in k) and k.isascii() else _toml_str(k)
+    return k if k and all(c.isalnum() or c in "-_" for c in k) and k.isascii() else quote(k)
 
-def _toml_str(s: str) -> str:
+def quote(s: str) -> str:
+    """`s` as a TOML basic string, quotes included ("..."): every quote, backslash and control character escaped."""
     out = []
     for ch in s:
         if ch in '"\\':
@@ -51,7 +52,7 @@ def _toml_value(v: Any, where: str) -> str:
             raise ValueError(f"{where}: {v} has no TOML form here")
         return repr(v)
     if isinstance(v, str):
-        return _toml_str(v)
+        return quote(v)
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x, where) for x in v) + "]"
     if isinstance(v, dict):

@@ -19,7 +19,7 @@ from ..patchset.layouts import get_layout
 from ..patchset.plural import counted
 from ..paths import os_reason, read_json
 from .aot import AotRequest, add_aot_modules
-from .wheel import build_patched_wheel
+from .wheel import WheelWriteError, build_patched_wheel
 
 MANIFEST_SCHEMA = "sglang-blackwell/build-manifest/1"
 
@@ -148,11 +148,17 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
                          "files": [{"filename": f.filename, "sha256": f.sha256} for f in r.files]}
                         for r in base.runtime],
         }
-        (tmp / manifest_path(out_dir, base).name).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        try:
+            (tmp / manifest_path(out_dir, base).name).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        except OSError as e:
+            raise UserError(f"{manifest_path(out_dir, base)}: cannot write the build manifest ({os_reason(e)}); "
+                            "nothing was built") from None
         for f in sorted(tmp.iterdir()):
             os.replace(f, out_dir / f.name)
         done = True
         return built, manifest_path(out_dir, base)
+    except WheelWriteError as e:  # it names the private temp dir: the user knows the wheel by its place in out_dir
+        raise UserError(f"{out_dir / e.path.name}: cannot write the wheel ({e.reason}); nothing was built") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if created and not done:

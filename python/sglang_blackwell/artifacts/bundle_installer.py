@@ -34,7 +34,8 @@ bundle as install_bundle.py next to install.sh and manifest.json, and needs only
    (flashinfer/data/aot/<name>/<name>.so), unless the GPU's capability is not among the archs they were built for.
    With --target, a marker records the bundle and the .dist-info directories it installed; a later run with the
    same bundle skips the install only while every file those directories' RECORDs list is still there. A symbolic
-   link in --target where a wheel installs a top-level name is refused (exit 2): pip would leave it in place.
+   link in --target where a wheel installs a top-level name is refused (exit 2): pip would leave it in place; so is
+   a --target that is itself a symbolic link or a directory of another user (as --stage refuses its directory).
 Exit codes: 0 done, 2 bad usage or wrong Python, 3 files missing, 4 verification failed, 5 pip failed.
 """
 
@@ -243,6 +244,26 @@ def owned_problem(flag: str, dest: Path, rels: list[str]) -> None:
             if os.path.lexists(p) and (os.path.isdir(p) != want_dir):
                 raise _no_link(flag, p, f"is {'not ' if want_dir else ''}a directory (staging writes "
                                f"{'a directory' if want_dir else 'a file'} there): remove {dest} and stage again")
+
+
+def target_problem(target: Path) -> None:
+    """--target DIR is the user's own directory: not a symbolic link (pip would install wherever it points, a
+    planted one included) and, where it exists, a directory of this user (another user's, world-writable or not,
+    is theirs to swap files in while pip writes), as --stage requires of its directory. Checked before anything
+    is staged or installed."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _no_link("--target", target, f"is a symbolic link (to {os.readlink(target)}); pip would install "
+                       "where it points: give the directory itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _no_link("--target", target, "is not a directory")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        anyone = " and anyone may write in it" if st.st_mode & stat.S_IWOTH else ""
+        raise _no_link("--target", target, f"belongs to another user (uid {st.st_uid}){anyone}: install into a "
+                       "directory of your own")
 
 
 def open_dirs(base_fd: int, parts: list[str]) -> int:
@@ -555,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
             if blocker is not None:
                 raise Refused(EXIT_USAGE, f"{flag} {d}: {blocker} is a file, not a directory; nothing was staged or "
                               "installed")
+        if a.target:
+            target_problem(Path(a.target).absolute())
         m = load_manifest(here / "manifest.json")
         check_installer(m, here)
         check_expected(m, a.expect_id)

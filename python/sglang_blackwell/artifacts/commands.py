@@ -127,18 +127,27 @@ def _names(spec: str | None) -> list[str]:
 
 def cmd_index(a: argparse.Namespace) -> int:
     from .index import build_index
+    from .index_install import BaseInstall, install_problem, plan_install, render, write_install
 
     wheels = []
     for d in a.dist or ["dist"]:
         wheels += sorted(Path(d).rglob("*.whl") if a.recursive else Path(d).glob("*.whl"))
+    plans: list[BaseInstall] = []
+
+    def plan(published: list[str]) -> None:  # everything checked, requirements/ included, before files/, simple/
+        plans[:] = plan_install(Path(a.dir), wheels, published)
+        problem = install_problem(Path(a.dir), plans)
+        if problem:
+            raise UserError(f"{problem}; nothing was indexed")
+
     simple = build_index(wheels, Path(a.dir), url_template=a.url_template, simple_at_root=a.simple_at_root,
                          keep_first=a.keep_first, warn=lambda m: print(f"warning: {m}", file=sys.stderr),
-                         built_only=a.url_template is None)  # files/ publishes only wheels of the build manifest
+                         built_only=a.url_template is None,  # files/ publishes only wheels of the build manifest
+                         before_write=plan if a.url_template is None else None)
     print(f"# index: {simple.resolve()}")
     if a.url_template is not None:  # the wheels are linked elsewhere, not copied: no local files to pin to
         print("# the wheels are linked by --url-template: install them from where they are published")
         return 0
-    from .index_install import write_install_commands
-
-    print(write_install_commands(Path(a.dir), wheels))
+    write_install(Path(a.dir), plans)
+    print(render(plans))
     return 0

@@ -17,6 +17,7 @@ import os
 import secrets
 import stat
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,8 @@ class _Wheel:
 
 
 def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = None,
-                simple_at_root: bool = False, keep_first: bool = False, warn=None, built_only: bool = False) -> Path:
+                simple_at_root: bool = False, keep_first: bool = False, warn=None, built_only: bool = False,
+                before_write: Callable[[list[str]], None] | None = None) -> Path:
     """Copy wheels to dest/files/ and write dest/simple/<project>/index.html. Returns dest/simple.
     url_template: link to {file}/{dir} URLs instead of copying; simple_at_root: dest itself is the index root.
     Two different files with one name are an error, unless keep_first (the first one listed is published; a
@@ -52,7 +54,9 @@ def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = No
     refuses it); built_only (`sglang-blackwell index` without --url-template) makes that manifest mandatory.
     Everything is checked before anything is written; each wheel is copied to a new file of a random name in
     files/ and renamed into place only when whole, so an interrupted run (Ctrl-C, SIGKILL, a full disk) leaves no
-    truncated wheel under its name (a dead run's copies are swept by the next)."""
+    truncated wheel under its name (a dead run's copies are swept by the next). `before_write(names)`: the
+    caller's own checks of what it will write next to the index (the names of the wheels files/ will hold), run
+    after these checks and before anything is written."""
     if not wheels:
         raise UserError("no wheels to index (run `sglang-blackwell build` first)")
     if url_template is not None:
@@ -100,6 +104,8 @@ def build_index(wheels: list[Path], dest: Path, *, url_template: str | None = No
         if os.path.islink(simple / proj) or ((simple / proj).exists() and not (simple / proj).is_dir()):
             raise UserError(f"{simple / proj}: is not a directory of the index (a symbolic link or a file); nothing "
                             "was indexed")
+    if before_write is not None:
+        before_write(sorted(seen))
     if url_template is None:
         _publish_files(list(seen.values()), dest, files)
     for proj, entries in projects.items():

@@ -82,9 +82,10 @@ def requirements_paths(index_dir: Path, base: str, python: str) -> tuple[Path, P
     return d / f"{base}-{tag}-lock.txt", d / f"{base}-{tag}-wheels.txt"
 
 
-def plan_install(index_dir: Path, wheels: list[Path]) -> list[BaseInstall]:
+def plan_install(index_dir: Path, wheels: list[Path], published: list[str] | None = None) -> list[BaseInstall]:
     """One entry per build manifest beside the wheels (none: the wheels are no build of ours). Reads the
-    manifests, the bases and their locks; writes nothing."""
+    manifests, the bases and their locks; writes nothing. `published`: the wheels files/ will hold (planned
+    before they are copied there); default: what files/ holds now."""
     from ..patchset.bases import get_base
     from .install import dist_state, pip_commands
     from .lock import load_lock, lock_path, lock_pythons
@@ -117,8 +118,9 @@ def plan_install(index_dir: Path, wheels: list[Path]) -> list[BaseInstall]:
             if state.stale is not None:
                 why_not.setdefault(f"{state.stale} ({rebuild})", []).append(py)
                 continue
-            missing = [w.name for w in state.wheels
-                       if w.name not in indexed or not (index_dir / "files" / w.name).is_file()]
+            there = (lambda n: n in published) if published is not None else \
+                (lambda n: (index_dir / "files" / n).is_file())
+            missing = [w.name for w in state.wheels if w.name not in indexed or not there(w.name)]
             if missing:  # not given to index, or linked elsewhere (--url-template): no copy for --find-links
                 why_not.setdefault(f"{', '.join(missing)} not in {index_dir / 'files'}", []).append(py)
                 continue
@@ -154,18 +156,30 @@ def _wheels_text(base: str, python: str, manifest: Path, pins: list[tuple[str, s
     return "\n".join(lines) + "\n"
 
 
-def write_install(index_dir: Path, plans: list[BaseInstall]) -> None:
-    """Write the requirement files every command reads (DIR/requirements/, each file whole or not at all)."""
+def install_problem(index_dir: Path, plans: list[BaseInstall]) -> str | None:
+    """Why the requirement files of `plans` cannot be written into DIR/requirements/, or None: it, or a file of
+    it, is a symbolic link or not what it should be (a file, a directory); a directory that cannot be written."""
+    from ..paths import output_problem
+
     d = index_dir / REQUIREMENTS_DIR
     if os.path.islink(d) or (d.exists() and not d.is_dir()):
-        raise UserError(f"{d}: is not a directory of the index (a symbolic link or a file); no install command "
-                        "was written")
+        return f"{d}: is not a directory of the index (a symbolic link or a file)"
+    for path in [p.lock_copy for b in plans for p in b.pythons] + [p.wheels_file for b in plans for p in b.pythons]:
+        if os.path.islink(path):
+            return f"{path}: is a symbolic link; the index writes only files of its own"
+        problem = output_problem(path)
+        if problem:
+            return f"{path}: {problem}"
+    return None
+
+
+def write_install(index_dir: Path, plans: list[BaseInstall]) -> None:
+    """Write the requirement files every command reads (DIR/requirements/, each file whole or not at all)."""
+    problem = install_problem(index_dir, plans)
+    if problem:
+        raise UserError(f"{problem}; no install command was written")
     todo = [(p.lock_copy, p.lock_bytes) for b in plans for p in b.pythons]
     todo += [(p.wheels_file, p.wheels_text) for b in plans for p in b.pythons]
-    for path, _ in todo:
-        if os.path.islink(path):
-            raise UserError(f"{path}: is a symbolic link; the index writes only files of its own; no install "
-                            "command was written")
     for path, data in todo:
         write_atomic(path, data)
 
@@ -192,7 +206,8 @@ def render(plans: list[BaseInstall]) -> str:
 
 
 def write_install_commands(index_dir: Path, wheels: list[Path]) -> str:
-    """`sglang-blackwell index DIR`: write DIR/requirements/ for the wheels just indexed and return what to print."""
+    """DIR/requirements/ written for the wheels indexed in DIR, and what to print (the wheels already in files/;
+    `sglang-blackwell index` plans before it publishes: plan_install, install_problem, then write_install)."""
     plans = plan_install(index_dir, wheels)
     write_install(index_dir, plans)
     return render(plans)

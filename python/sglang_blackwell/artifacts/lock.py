@@ -63,7 +63,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..errors import UserError
-from ..patchset.bases import Base, RuntimeArtifact
+from ..patchset.bases import SHA256_RE, Base, RuntimeArtifact
 from ..patchset.fetch import pip_base_command
 from ..paths import read_text, write_atomic
 from .deps import Hashed, Pin, Target, WheelInfo, collect_needs
@@ -445,8 +445,15 @@ def _resolve(exe: str, target: Target, index_url: str, reqs: list[str], constrai
     return json.loads(report.read_text())["install"]
 
 
+# what pip's report hands over from the index becomes a line of the lock, a file pip reads: a PEP 508 name
+PROJECT_NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
 def _info(item: dict) -> WheelInfo:
     md = item["metadata"]
+    if not isinstance(md.get("name"), str) or not PROJECT_NAME_RE.match(md["name"]):
+        raise UserError(f"the index served a distribution named {md.get('name')!r} (pip's report of "
+                        f"{item['download_info']['url']}): not a project name; no lock was written")
     reqs = []
     for r in md.get("requires_dist") or []:
         try:
@@ -462,7 +469,10 @@ def _sha256(item: dict) -> str:
     if not h:
         raise UserError(f"{item['metadata']['name']} {item['metadata']['version']}: the index gave no sha256 for "
                         f"{item['download_info']['url']} (pip reports what the index publishes)")
-    return h
+    if not isinstance(h, str) or not SHA256_RE.match(h.lower()):
+        raise UserError(f"{item['metadata']['name']} {item['metadata']['version']}: the index's sha256 for "
+                        f"{item['download_info']['url']} is {h!r}, not 64 hex digits; no lock was written")
+    return h.lower()
 
 
 def generate(base: Base, python: str, *, python_exe: str | None = None, index_url: str = DEFAULT_INDEX,

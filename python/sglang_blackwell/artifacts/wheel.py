@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..patchset.apply import apply_series, paths_needed
 from ..patchset.layouts import Layout
 from ..patchset.series import Patch
+from ..paths import os_reason
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 MARKER_FILE = "sglang_blackwell.json"
@@ -106,13 +107,24 @@ def patched_wheel_filename(filename: str, local_version: str) -> str:
     return "-".join(stem) + ".whl"
 
 
+class WheelWriteError(UserError):
+    """A wheel could not be written (a full disk: ENOSPC, EDQUOT, EFBIG); nothing of it is left."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: cannot write the wheel ({reason}); nothing was written")
+
+
 def write_wheel(dest: Path, entries: list[Entry]) -> str:
-    """Write entries as a reproducible zip, atomically; returns the sha256 of the file."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + dest.name + ".", suffix=".partial", dir=dest.parent)
-    os.close(fd)
+    """Write entries as a reproducible zip, atomically; returns the sha256 of the file. A write that fails (a full
+    disk) is a WheelWriteError naming the wheel, and nothing of it is left: not the temporary file, not a file
+    under its name."""
+    tmp = None
     try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + dest.name + ".", suffix=".partial", dir=dest.parent)
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED,
+                                                       compresslevel=6) as z:
             for e in entries:
                 zi = zipfile.ZipInfo(e.name, ZIP_DATE)
                 zi.compress_type = zipfile.ZIP_DEFLATED
@@ -125,8 +137,10 @@ def write_wheel(dest: Path, entries: list[Entry]) -> str:
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, dest)
         return digest
+    except OSError as e:
+        raise WheelWriteError(dest, os_reason(e)) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 

@@ -32,11 +32,13 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from .. import tomlio
 from ..errors import UserError
-from ..paths import write_atomic
+from ..httpclient import Limits, parse_limits
+from ..paths import output_problem, write_atomic
 from .bases import Artifact, Base, PatchedPackage, RuntimeArtifact, get_base, load_base, series_for
-from .drift import Release, pypi_url, release
 from .fetch import Progress, fetch, sha256_file
+from .index_json import Release, pypi_url, release
 from .wheel_metadata import wheel_metadata
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -137,12 +139,13 @@ def match_files(current: tuple[Artifact, ...], rel: Release, index: str) -> list
     return out
 
 
-def verified(arts: list[Artifact], cache: Path | None, progress: Progress | None) -> list[tuple[Artifact, Path]]:
+def verified(arts: list[Artifact], cache: Path | None, progress: Progress | None,
+             limits: Limits | None = None) -> list[tuple[Artifact, Path]]:
     """Each file downloaded once through fetch (verified against the index's sha256, and its size when the index
     gives one); the pin is the sha256 and size of the bytes on disk."""
     out = []
     for a in arts:
-        path = fetch(a, cache, progress=progress)
+        path = fetch(a, cache, progress=progress, limits=limits)
         out.append((Artifact(a.filename, a.url, sha256_file(path), path.stat().st_size), path))
     return out
 
@@ -172,12 +175,13 @@ def _replace_line(lines: list[str], key: str, old: str, new: str, where: str) ->
     i = hits[0]
     eol = lines[i][len(lines[i].rstrip("\n")):]
     lines = list(lines)
-    lines[i] = pat.sub(lambda m: m[1] + new + m[3], lines[i].rstrip("\n")) + eol
+    lines[i] = pat.sub(lambda m: m[1] + tomlio.quote(new)[1:-1] + m[3], lines[i].rstrip("\n")) + eol
     return lines
 
 
 def _file_fields(a: Artifact, size: bool) -> list[tuple[str, str]]:
-    fields = [("filename", f'"{a.filename}"'), ("url", f'"{a.url}"'), ("sha256", f'"{a.sha256}"')]
+    """The pinned file's fields as TOML (strings quoted and escaped by tomlio's writer)."""
+    fields = [(k, tomlio.quote(v)) for k, v in (("filename", a.filename), ("url", a.url), ("sha256", a.sha256))]
     return fields + ([("size", str(a.size))] if size else [])
 
 
@@ -214,7 +218,12 @@ def _read_back(base: Base, text: str, kind: str, number: int, old: Component, ve
         d = Path(tmp) / base.name
         d.mkdir()
         (d / "base.toml").write_text(text)
-        new = load_base(d)
+        try:
+            new = load_base(d)
+        except UserError as e:
+            why = str(e).replace(str(d / "base.toml"), "the rewritten file").replace(str(d), base.name)
+            raise UserError(f"{base.dir / 'base.toml'}: the rewritten file would not load ({why}); nothing was "
+                            "written: edit it by hand") from None
     old_entries, new_entries = list(getattr(base, kind)), list(getattr(new, kind))
     got = new_entries[number - 1]
     want = files if _sizes(old) else [Artifact(a.filename, a.url, a.sha256) for a in files]
@@ -252,7 +261,7 @@ def _exact(req: Requirement, version: str) -> str:
 
 def what_follows(base: Base, kind: str, old: Component, version: str, new_wheel: Path | None,
                  cache: Path | None, progress: Progress | None, old_text: str, span: tuple[int, int],
-                 rel: Release, picked: list[Artifact]) -> list[str]:
+                 rel: Release, picked: list[Artifact], limits: Limits | None = None) -> list[str]:
     name, b = _name(old), base.name
     out = []
     if kind == "patched":
@@ -275,7 +284,7 @@ def what_follows(base: Base, kind: str, old: Component, version: str, new_wheel:
                 out.append(f"[[patched]] {q.package} requires_rewrite {rewrite!r} does not admit {name} {version}: "
                            f"change it to {_exact(Requirement(rewrite), version)!r}")
             continue
-        for req in requires(fetch(q.files[0], cache, progress=progress)):
+        for req in requires(fetch(q.files[0], cache, progress=progress, limits=limits)):
             if canonicalize_name(req.name) == name and not _admits(req, version):
                 out.append(f"{q.distribution} {q.version} requires {str(req)!r} (its METADATA), which {version} does "
                            f"not satisfy: add requires_rewrite = {{ \"{req.name}\" = \"{_exact(req, version)}\" }} to "
@@ -309,7 +318,9 @@ def what_follows(base: Base, kind: str, old: Component, version: str, new_wheel:
 # ---- the whole bump -------------------------------------------------------------------------------------------
 
 def bump(base: Base, pin: str, *, index: str | None = None, cache: Path | None = None,
-         progress: Progress | None = None) -> Bump:
+         progress: Progress | None = None, limits: Limits | None = None) -> Bump:
+    """The bump worked out (nothing written): every read of the index and every download within `limits`
+    (--request-timeouts), every string the index gave validated (index_json.py) before it is used."""
     dist, version = parse_pin(pin)
     kind, number, old = find_component(base, dist)
     where = f"[[{kind}]] #{number} ({_dist(old)})"
@@ -321,9 +332,9 @@ def bump(base: Base, pin: str, *, index: str | None = None, cache: Path | None =
         raise UserError(f"base {base.name}: {where} comes from {old.index_url or 'no index'}, not PyPI; pass "
                         "--index-url with a root that serves PyPI's JSON API, or edit it by hand")
     root = (index or pypi_url()).rstrip("/")
-    rel = release(_dist(old), version, root)
+    rel = release(_dist(old), version, root, limits)
     picked = match_files(old.files, rel, root)
-    got = verified(picked, cache, progress)
+    got = verified(picked, cache, progress, limits)
     files = [a for a, _ in got]
     old_text = (base.dir / "base.toml").read_text()
     lines = old_text.splitlines(True)
@@ -332,14 +343,20 @@ def bump(base: Base, pin: str, *, index: str | None = None, cache: Path | None =
     entry = render(lines[span[0]:span[1]], old, version, files, where)  # type: ignore[arg-type]
     new_text = "".join(lines[:span[0]]) + entry + "".join(lines[span[1]:])
     _read_back(base, new_text, kind, number, old, version, files)
-    follow = what_follows(base, kind, old, version, got[0][1], cache, progress, old_text, span, rel, picked)
+    follow = what_follows(base, kind, old, version, got[0][1], cache, progress, old_text, span, rel, picked, limits)
     return Bump(base, kind, number, old, version, files, entry, old_text, new_text, follow)
 
 
 def write(b: Bump) -> Path:
+    """base.toml rewritten atomically; a symlinked base.toml stays a link (the file it names is rewritten)."""
     if b.path.read_text() != b.old_text:
         raise UserError(f"{b.path}: changed while the bump was worked out; nothing was written, run it again")
-    return write_atomic(b.path, b.new_text)
+    target = b.path.resolve()
+    problem = output_problem(target)
+    if problem:
+        raise UserError(f"{b.path}: {problem}; nothing was written")
+    write_atomic(target, b.new_text)
+    return b.path
 
 
 DESCRIPTION = ("Re-pin one component of a base line (a [[patched]] or [[runtime]] entry of patches/<base>/base.toml) "
@@ -355,12 +372,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write", action="store_true", help="rewrite base.toml (only that entry changes)")
     p.add_argument("--index-url", help="a root serving PyPI's JSON API (<url>/pypi/<name>/json; default: "
                    "$SGLANG_BLACKWELL_PYPI_URL or https://pypi.org)")
+    p.add_argument("--request-timeouts", metavar="FIRST,IDLE,TOTAL",
+                   help="deadlines in seconds of every read of the index (its first byte, the longest wait between "
+                        f"two bytes, the whole answer) and TOTAL of every download (default {Limits().text()}, as "
+                        "bench eagle3)")
 
 
 def execute(a: argparse.Namespace) -> int:
     """`sglang-blackwell base bump`: the entry (and with --write, base.toml rewritten), then what must follow.
     Bad input: UserError, nothing written."""
-    b = bump(get_base(a.base), a.pin, index=a.index_url, progress=lambda m: print(m, file=sys.stderr))
+    limits = parse_limits(getattr(a, "request_timeouts", None))
+    b = bump(get_base(a.base), a.pin, index=a.index_url, progress=lambda m: print(m, file=sys.stderr), limits=limits)
     if a.write:
         write(b)
     what = f"[[{b.kind}]] {_dist(b.old)} {b.old.version} -> {b.version}"

@@ -12,6 +12,7 @@ flags, its PCIe-IPC all-reduce): facts about an upstream line live with that lin
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,38 @@ def _short(v: object) -> str:
 ARTIFACT_KEYS = {"filename", "url", "sha256", "size"}
 
 
+def file_name_problem(name: str) -> str | None:
+    """Why `name` cannot be the name of a pinned file (a cache entry, a requirement line, a base.toml string), or
+    None: empty, hidden, a path separator or a control character in it, longer than a file name may be."""
+    if not name or name in (".", ".."):
+        return "is not a file name"
+    if "/" in name or "\\" in name:
+        return "holds a path separator"
+    if name.startswith("."):
+        return "is a hidden file name"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "holds a control character"
+    if len(name.encode()) > 255:
+        return "is longer than a file name may be (255 bytes)"
+    return None
+
+
+def url_problem(url: str, filename: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why `url` cannot be where the file `filename` is downloaded from, or None: an absolute URL of `schemes`
+    with no whitespace, control character or fragment, whose last path segment is the file name (pip decides from
+    the URL whether it fetched a wheel or an sdist it would build)."""
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "holds whitespace or a control character"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in schemes or (parts.scheme.lower() != "file" and not parts.netloc):
+        return f"is not an absolute {' or '.join(schemes)} URL"
+    if "#" in url:
+        return "has a fragment (#...)"
+    if urllib.parse.unquote(parts.path.rsplit("/", 1)[-1]) != filename:
+        return f"does not end with the file name {filename}"
+    return None
+
+
 def _artifact(path: Path, where: str, d: object, runtime: bool) -> Artifact:
     f = Fields(path, where, d, ARTIFACT_KEYS)
     filename = f.get("filename", str)
@@ -239,6 +272,8 @@ def _artifact(path: Path, where: str, d: object, runtime: bool) -> Artifact:
         raise _err(path, f"{where}: size {size} is not a file size in bytes (a positive integer)")
     if not filename or "/" in filename or filename in (".", ".."):
         raise _err(path, f"{where}: filename {filename!r} is not a file name")
+    if file_name_problem(filename):
+        raise _err(path, f"{where}: filename {filename!r} {file_name_problem(filename)}")
     if filename.endswith(".whl"):
         try:
             parse_wheel_filename(filename)

@@ -24,6 +24,8 @@ def cmd_check(a: argparse.Namespace) -> int:
         return _check_upstream(a)
     if a.json:
         raise UserError("--json goes with --upstream (the drift report)")
+    if getattr(a, "request_timeouts", None) is not None:
+        raise UserError("--request-timeouts goes with --upstream (the reads of the index)")
     bases = list_bases() if a.all else [get_base(a.base)]
     bad = 0
     for b in bases:
@@ -41,13 +43,15 @@ def _check_upstream(a: argparse.Namespace) -> int:
     """The drift report: exit 0 when every patch applies to the newest releases, 1 when any does not."""
     import json
 
+    from ..httpclient import parse_limits
     from .bases import get_base, list_bases
     from .drift import drift_report, format_report, newest_base
 
+    limits = parse_limits(getattr(a, "request_timeouts", None))
     if a.all:
         raise UserError("--upstream tries one base's series (the newest by default, or --base): drop --all")
     base = get_base(a.base) if a.base else newest_base(list_bases())
-    report = drift_report(base, a.upstream, progress=progress)
+    report = drift_report(base, a.upstream, progress=progress, limits=limits)
     print(json.dumps(report, indent=1) if a.json else format_report(report))
     return 1 if report["drift"] else 0
 

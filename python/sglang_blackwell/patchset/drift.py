@@ -20,12 +20,7 @@ decides (the CLI exits 1 when any patch is not `applies`, `.ci/run` only prints 
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,86 +30,21 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ApplyError, UserError
+from ..httpclient import Limits
 from .apply import apply_patch, paths_needed
 from .bases import Artifact, Base, series_for
 from .check import upstream_files
 from .diff import FileDiff
 from .fetch import fetch
+from .index_json import Release, pypi_url, release
 from .layouts import get_layout
 from .series import Patch
 
-PYPI_URL = "https://pypi.org"
 VERDICTS = ("applies", "needs refresh", "conflicts", "already upstream", "partly upstream")
 Progress = Callable[[str], None]
 
 
-# ---- what PyPI has ---------------------------------------------------------------------------------------
-
-@dataclass
-class Release:
-    distribution: str
-    version: str
-    files: list[Artifact]
-    unhashed: tuple[str, ...] = ()  # the release's wheels that publish no sha256 (never in `files`)
-
-
-def pypi_url() -> str:
-    return os.environ.get("SGLANG_BLACKWELL_PYPI_URL", PYPI_URL).rstrip("/")
-
-
-def _get_json(url: str, timeout: float = 30) -> dict[str, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return json.loads(resp.read().decode())
-    except urllib.error.HTTPError as e:
-        raise UserError(f"{url}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise UserError(f"{url}: cannot read PyPI's JSON API ({e})") from None
-
-
-def _artifacts(entries: list[dict[str, Any]], base_url: str) -> list[Artifact]:
-    """The release's wheels; URLs resolved against the JSON document's (mirrors serve relative ones)."""
-    out = []
-    for u in entries:
-        sha = (u.get("digests") or {}).get("sha256")
-        if u.get("yanked") or not sha or not u.get("filename", "").endswith(".whl"):
-            continue
-        out.append(Artifact(filename=u["filename"], url=urllib.parse.urljoin(base_url, u["url"]), sha256=sha,
-                            size=u.get("size")))
-    return out
-
-
-def _unhashed(entries: list[dict[str, Any]]) -> tuple[str, ...]:
-    return tuple(u.get("filename", "") for u in entries if not u.get("yanked")
-                 and not (u.get("digests") or {}).get("sha256") and u.get("filename", "").endswith(".whl"))
-
-
-def release(distribution: str, version: str | None = None, index: str | None = None) -> Release:
-    """The newest final release of `distribution` on PyPI (or `version`), with its wheels (`index`: another
-    root serving PyPI's JSON API than pypi_url())."""
-    url = f"{(index or pypi_url()).rstrip('/')}/pypi/{distribution}/json"
-    data = _get_json(url)
-    releases = data.get("releases") or {}
-    if version is not None:
-        if version not in releases:
-            raise UserError(f"{url}: {distribution} has no release {version!r}")
-        return Release(distribution, version, _artifacts(releases[version], url), _unhashed(releases[version]))
-    candidates = []
-    for v, entries in releases.items():
-        try:
-            ver = Version(v)
-        except InvalidVersion:
-            continue
-        if not ver.is_prerelease and not ver.is_devrelease and _artifacts(entries, url):
-            candidates.append((ver, v, entries))
-    if not candidates:  # an index that only lists the current release
-        info = data.get("info", {}).get("version")
-        if not info:
-            raise UserError(f"{url}: no release with wheels")
-        return Release(distribution, info, _artifacts(data.get("urls", []), url), _unhashed(data.get("urls", [])))
-    _, v, entries = max(candidates)
-    return Release(distribution, v, _artifacts(entries, url), _unhashed(entries))
-
+# ---- what PyPI has (index_json.py reads and validates it) ------------------------------------------------
 
 def pick_wheel(rel: Release, python: str | None = None, platform: str = "x86_64") -> Artifact:
     """The wheel to read the release from: one for this Python if there is one, else any x86_64 / pure one."""
@@ -289,7 +219,9 @@ def parse_upstream(spec: str) -> dict[str, str | None]:
 
 
 def drift_report(base: Base, spec: str = "latest", *, cache: Path | None = None,
-                 progress: Progress | None = None) -> dict[str, Any]:
+                 progress: Progress | None = None, limits: Limits | None = None) -> dict[str, Any]:
+    """The report (format_report prints it); every read of the index and every download within `limits`
+    (--request-timeouts; default httpclient.Limits())."""
     pins = parse_upstream(spec)
     known = {str(canonicalize_name(p.distribution)) for p in base.patched}
     unknown = sorted(set(pins) - known)
@@ -298,7 +230,7 @@ def drift_report(base: Base, spec: str = "latest", *, cache: Path | None = None,
     packages = []
     for pkg in base.patched:
         series = series_for(base, pkg.package)
-        rel = release(pkg.distribution, pins.get(str(canonicalize_name(pkg.distribution))))
+        rel = release(pkg.distribution, pins.get(str(canonicalize_name(pkg.distribution))), limits=limits)
         since = {lid: base.absorbed_since(lid) for lid in sorted(base.absorbed)}
         absorbed = ", ".join(f"{lid} since {d} {v}" for lid, (d, v) in since.items() if d == pkg.distribution)
         if not series.patches:
@@ -306,7 +238,7 @@ def drift_report(base: Base, spec: str = "latest", *, cache: Path | None = None,
             packages.append(PackageDrift(pkg.package, pkg.distribution, pkg.version, rel.version, None, [], note))
             continue
         art = pick_wheel(rel)
-        wheel = fetch(art, cache, progress=progress)
+        wheel = fetch(art, cache, progress=progress, limits=limits)
         layout = get_layout(pkg.package)
         needed = {gp for gp in paths_needed(series.patches) if layout.git_to_wheel(gp) is not None}
         files = upstream_files(wheel, pkg.package, needed)

@@ -60,8 +60,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from .. import procs
 from ..errors import IntegrityError, UserError
+from ..httpclient import Limits
 from ..paths import cache_dir, os_reason, write_atomic
-from .bases import Artifact
+from .bases import SHA256_RE, Artifact, file_name_problem, url_problem
 
 CHUNK = 1 << 20
 Progress = Callable[[str], None]
@@ -275,8 +276,35 @@ def _by_name(art: Artifact) -> str | None:
     return f"{canonicalize_name(name)}=={version}"
 
 
-def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = None) -> Path:
-    """Return a verified local copy of `art`, downloading it through pip if the cache lacks it."""
+def pin_problem(art: Artifact) -> str | None:
+    """Why `art` cannot be fetched at all, or None. What becomes a cache path and a line of pip's requirement file
+    must be what it claims: a wheel file name (no separator, no control character), 64 lowercase hex digits, a URL
+    with no whitespace that ends with the file name (pip builds an sdist a URL points to, whatever --only-binary
+    says, and runs its build backend)."""
+    problem = file_name_problem(art.filename)
+    if problem:
+        return f"file name {art.filename!r} {problem}"
+    try:
+        parse_wheel_filename(art.filename)
+    except InvalidWheelFilename:
+        return f"{art.filename!r} is not a wheel file name (fetch downloads wheels only, never a file pip builds)"
+    if not SHA256_RE.match(art.sha256):
+        return f"sha256 {art.sha256!r} is not 64 lowercase hex digits"
+    if art.url:
+        problem = url_problem(art.url, art.filename, ("http", "https", "file"))
+        if problem:
+            return f"url {art.url!r} {problem}"
+    return None
+
+
+def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = None,
+          limits: Limits | None = None) -> Path:
+    """Return a verified local copy of `art`, downloading it through pip if the cache lacks it; the pip processes
+    together end within `limits.total_s` (default httpclient.Limits(): --request-timeouts TOTAL where a command has
+    it), or are killed and the download fails naming the bound."""
+    problem = pin_problem(art)
+    if problem:
+        raise UserError(f"{art.origin or art.filename}: {problem}; nothing was downloaded")
     cache = cache or cache_dir()
     _check_cache(cache)
     dest = cached_path(art, cache)
@@ -302,10 +330,16 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
     except OSError as e:
         raise UserError(f"{cache}: cannot write to the download cache ({os_reason(e)}); nothing was downloaded "
                         "(SGLANG_BLACKWELL_CACHE chooses another)") from None
+    total = (limits or Limits()).total_s
+    deadline = time.monotonic() + total
     try:
         failures = []
         mismatches = 0
         for where, req in requests:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                failures.append(f"from {where}: not tried, the total deadline of {total:g} s had passed")
+                continue
             got = work / "got"
             shutil.rmtree(got, ignore_errors=True)
             got.mkdir()
@@ -314,7 +348,7 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
             if progress:
                 size = f", {art.size / 1e6:.1f} MB" if art.size else ""
                 progress(f"pip download {art.filename} from {where}{size}")
-            why, mismatch = _pip_download(pip, reqfile, got, tag_flags(art.filename))
+            why, mismatch = _pip_download(pip, reqfile, got, tag_flags(art.filename), left, total)
             if why is not None:
                 failures.append(f"from {where}: {why}")
                 mismatches += mismatch
@@ -337,16 +371,27 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _pip_download(pip: list[str], reqfile: Path, dest: Path, flags: list[str]) -> tuple[str | None, bool]:
-    """Run pip download: (None, False) on success, else (the reason, whether pip saw a file with another sha256
-    than the pin). On a terminal pip's own output (progress bar included) goes straight to it."""
+def _pip_download(pip: list[str], reqfile: Path, dest: Path, flags: list[str], timeout: float,
+                  total: float) -> tuple[str | None, bool]:
+    """Run pip download, killed after `timeout` s (what is left of the fetch's `total`): (None, False) on success,
+    else (the reason, whether pip saw a file with another sha256 than the pin). On a terminal pip's own output
+    (progress bar included) goes straight to it. --only-binary :all: always: pip never builds anything here."""
     tty = sys.stderr.isatty()
+    binary = [] if "--only-binary=:all:" in flags else ["--only-binary=:all:"]
     cmd = [*pip, "download", "--no-deps", "--require-hashes", "--no-cache-dir", "--disable-pip-version-check",
-           "--progress-bar", "on" if tty else "off", "--dest", str(dest), *flags, "-r", str(reqfile)]
+           "--progress-bar", "on" if tty else "off", "--dest", str(dest), *binary, *flags, "-r", str(reqfile)]
+    late = (f"pip did not finish within {total:g} s (the total deadline of a download, --request-timeouts TOTAL "
+            "where the command has it); it was killed")
     if tty:
-        r = subprocess.run(cmd, stdout=sys.stderr)
+        try:
+            r = subprocess.run(cmd, stdout=sys.stderr, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return late, False
         return (None, False) if r.returncode == 0 else (f"pip exited {r.returncode} (its output above)", False)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return late, False
     if r.returncode == 0:
         return None, False
     out = r.stderr + "\n" + r.stdout

@@ -264,3 +264,22 @@ def test_an_entry_without_a_record_is_kept_when_the_download_disagrees(tiny_base
     with pytest.raises(IntegrityError, match="the cache entry .* was kept"):
         fetch(wrong)
     assert p.is_file() and fetch(art) == p and record_path(art).is_file()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"sha256": "a" * 64 + "\n--no-binary :all:"}, "is not 64 lowercase hex digits"),
+    ({"url": "http://127.0.0.1:9/sglang-0.0.1.tar.gz"}, "does not end with the file name"),
+    ({"url": "http://127.0.0.1:9/x/sglang-0.0.1-py3-none-any.whl --no-binary :all:"}, "whitespace"),
+    ({"filename": "../sglang-0.0.1-py3-none-any.whl"}, "path separator"),
+    ({"filename": "sglang-0.0.1.tar.gz", "url": "http://127.0.0.1:9/sglang-0.0.1.tar.gz"}, "not a wheel file name"),
+])
+def test_a_pin_pip_could_misread_is_refused_before_pip_runs(tiny_base, tmp_path, change, words):
+    """What becomes a cache path and a line of pip's requirement file is checked first: an sdist URL (pip builds
+    one, whatever --only-binary says), an option smuggled into the sha256, a path in the file name."""
+    import dataclasses
+
+    art = dataclasses.replace(_art(tiny_base), **change)
+    with pytest.raises(UserError, match=words) as e:
+        fetch(art, tmp_path / "cache")
+    assert "nothing was downloaded" in str(e.value)
+    assert not (tmp_path / "cache").exists()  # refused before the cache (and pip) was touched

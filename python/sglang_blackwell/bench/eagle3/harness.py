@@ -91,7 +91,11 @@ def run(a: argparse.Namespace) -> int:
         attach = parse_attach(a.attach, arms) if a.attach else None
         chosen = None
         if attach:
-            check_attached(attach)  # a dead URL is bad input: exit 2 before anything is written
+            transport.set_run_deadline(a.deadline_s)  # the health checks too end by --deadline-s
+            try:
+                check_attached(attach)  # a dead URL is bad input: exit 2 before anything is written
+            finally:
+                transport.set_run_deadline(None)  # run_all sets it again, from its own start
         else:  # the interpreter, the port, the models, the launcher: exit 2 before anything is launched or written
             envs = [server_env(cfg, cfg.arms[x]) for x in arms]
             chosen = launcher.resolve(cfg, envs)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from bench_fakes import PROXY_VARS, dead_port, openai_servers, requests_of
 
+from sglang_blackwell import httpclient
 from sglang_blackwell.bench.eagle3 import client, transport
 from sglang_blackwell.bench.eagle3.client import Endpoint, LevelRun, RequestError, RequestResult
 from sglang_blackwell.bench.eagle3.config_workload import Prompt
@@ -81,7 +82,7 @@ def test_loopback_bypasses_every_proxy_variable_others_keep_it(http_servers, mon
     assert transport.http_json("http://bench.example.invalid/e") == {"via": "proxy"}
     assert proxy_seen == ["http://bench.example.invalid/e"]
     # ... and the loopback rule is what keeps 127.0.0.1 away from it: without the rule urllib proxies it too
-    monkeypatch.setattr(transport, "is_loopback", lambda url: False)
+    monkeypatch.setattr(httpclient, "is_loopback", lambda url: False)  # the rule's home (transport's client)
     assert transport.http_json(target + "/f") == {"via": "proxy"}
     assert proxy_seen[-1] == f"{target}/f"
 
