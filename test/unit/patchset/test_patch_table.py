@@ -35,7 +35,12 @@ def test_rows_say_carried_or_absorbed_since(monkeypatch):
     assert by_id["P8"].cells == {"0.5.14": "`0006-splitkv-verify-mla-on-cuda`",
                                  "0.5.23": "`0005-splitkv-verify-mla-on-cuda`"}
     assert by_id["P9"].cells["0.5.14"] == "`0007-warmup-first-use-compiles`"
-    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 10)]
+    # P10 / P12 (request fields checked, admin endpoints closed beyond loopback): every line
+    assert by_id["P10"].cells == {"0.5.9": "`0007-request-fields-checked-against-the-model`",
+                                  "0.5.14": "`0009-request-fields-checked-against-the-model`",
+                                  "0.5.23": "`0008-request-fields-checked-against-the-model`"}
+    assert set(by_id["P12"].cells) == {"0.5.9", "0.5.14", "0.5.23"}
+    assert [r.logical_id for r in rows(list_bases())] == [*(f"P{i}" for i in range(1, 11)), "P12"]
 
 
 def test_update_block_rewrites_only_the_block(tmp_path, tiny_base, capsys):
