@@ -324,10 +324,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(fn=lambda a: _box().cmd_doctor(a))
 
     p = sub.add_parser("serve", help="launch sglang with the tuned all-reduce knobs and NCCL profile",
-                       description="sglang-blackwell serve [--table T] [--profile P] [--dry-run] -- <sglang args>")
+                       description="sglang-blackwell serve [--table T] [--profile P] [--dry-run] "
+                                   "[--allow-unauthenticated] -- <sglang args>")
     p.add_argument("--table", help="all-reduce dispatch table (default: the one `bench allreduce --tune` wrote)")
     p.add_argument("--profile", help="NCCL profile (default: the table's, else auto for this topology)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the command, start nothing")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="start a server on a --host beyond loopback without --api-key (refused otherwise): "
+                        "anyone who reaches the port can use it")
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then python -m sglang.launch_server arguments")
     p.set_defaults(fn=lambda a: _box().cmd_serve(a))
 

@@ -19,6 +19,7 @@ import ast
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -154,3 +155,217 @@ def _calls(stmt: ast.stmt, outer: str, inner: str) -> bool:
         if isinstance(n, ast.Call) and getattr(n.func, "id", None) == outer:
             return any(isinstance(m, ast.Call) and getattr(m.func, "id", None) == inner for m in ast.walk(n))
     return False
+
+
+# --- a warm-up that fails must not end the server -------------------------------------------------------------
+
+FAILURE_MODES = ("400", "500", "hang")
+WARMUP_TIMEOUT_S = "2"  # SGLANG_WARMUP_TIMEOUT in these scenarios: the bound on the hanging request
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """A sglang stand-in for the warm-up: /model_info, then /generate answered by `decide` (a status and a
+    body), or never answered while mode is "hang" (until `release` is set)."""
+
+    seen: list = []
+    decide = staticmethod(lambda body: (200, "[]"))
+    release = threading.Event()
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        type(self).seen.append({"path": self.path})
+        self._answer(200, json.dumps({"is_generation": True, "has_image_understanding": False,
+                                      "model_path": "tiny", "architectures": ["LlamaForCausalLM"]}))
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"path": self.path, "body": body})
+        status, data = type(self).decide(body)
+        if status is None:  # hang: answer nothing until the scenario ends
+            type(self).release.wait()
+            return
+        self._answer(status, data)
+
+    def _answer(self, status: int, data: str) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+        except OSError:  # the client gave up (the hang's timeout)
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def _ok(body: dict) -> tuple[int, str]:
+    n = len(body.get("input_ids") or body.get("text") or [1])
+    return 200, json.dumps([{"text": "x", "meta_info": {}}] * n)
+
+
+def _first_use_fails(mode: str):
+    """The general warm-up request (a prompt of 3 ids) succeeds; every first-use request fails as `mode`."""
+    def decide(body: dict):
+        if body.get("input_ids") == [10, 11, 12] or body.get("text") == "t":
+            return _ok(body)
+        if mode == "hang":
+            return None, ""
+        return int(mode), json.dumps({"error": {"message": f"scripted {mode}"}})
+    return decide
+
+
+class _Logs(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records: list[dict] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append({"level": record.levelname, "message": record.getMessage(),
+                             "warmup": record.pathname.endswith("warmup.py")})
+
+
+def _serve():
+    _Scripted.seen = []
+    _Scripted.release = threading.Event()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stop(server) -> None:
+    _Scripted.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def first_use_failures() -> dict:
+    """warmup_first_use against a server whose first-use requests answer 400, 500 or never (bounded by
+    SGLANG_WARMUP_TIMEOUT): does it raise, what does it return and log, and what did it send after the
+    failure."""
+    mod = importlib.import_module(WARMUP)
+    fn = getattr(mod, "warmup_first_use", None)
+    if fn is None:
+        return {"missing": True}
+    os.environ["SGLANG_WARMUP_TIMEOUT"] = WARMUP_TIMEOUT_S
+    logs = _Logs()
+    logging.getLogger().addHandler(logs)
+    out: dict = {"missing": False}
+    try:
+        for mode in FAILURE_MODES:
+            server = _serve()
+            _Scripted.decide = staticmethod(_first_use_fails(mode))
+            logs.records = []
+            try:
+                returned = fn(f"http://127.0.0.1:{server.server_port}", {"input_ids": [10, 11, 12]}, {}, True,
+                              [2, 4])
+                raised = None
+            except BaseException as e:  # noqa: BLE001 (what escapes is the finding)
+                returned, raised = None, f"{type(e).__name__}: {str(e)[:200]}"
+            finally:
+                _stop(server)
+            out[mode] = {"returned": returned, "raised": raised, "sent": len(_Scripted.seen),
+                         "warnings": [r["message"] for r in logs.records if r["level"] == "WARNING"]}
+    finally:
+        logging.getLogger().removeHandler(logs)
+        os.environ.pop("SGLANG_WARMUP_TIMEOUT", None)
+    return out
+
+
+def long_prefill_lengths() -> dict:
+    """long_prefill_warmup_tokens per request budget (None: unknown)."""
+    fn = getattr(importlib.import_module(WARMUP), "long_prefill_warmup_tokens", None)
+    if fn is None:
+        return {"missing": True}
+    return {"missing": False, "rows": [[t, fn(t)] for t in (None, 4096, 1025, 1024, 512, 16, 2, 1, 0)]}
+
+
+def server_warmup() -> dict:
+    """The server's own warm-up (`_execute_server_warmup`, then `_wait_and_warmup`) against the scripted
+    server, with a real TokenizerManager as the server's state:
+
+    - per failure mode: does the warm-up end the server (kill_process_tree, recorded instead of run), is the
+      server marked up, which warnings it logs;
+    - a short context (--context-length 64): the scripted server answers every /generate through the real
+      TokenizerManager's own length check (`_validate_one_request`), so a request that does not fit is the
+      400 upstream gives;
+    - --skip-server-warmup: what `_wait_and_warmup` sends (nothing) and whether the server is up.
+    """
+    from support.scenarios_requests import import_http_server, tokenizer_manager
+
+    hs = import_http_server()
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    kills: list = []
+    hs.kill_process_tree = lambda *a, **k: kills.append(a)  # the probe's own process must not be ended
+    os.environ["SGLANG_WARMUP_TIMEOUT"] = WARMUP_TIMEOUT_S
+    logs = _Logs()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(logs)
+    root.setLevel(logging.INFO)  # the warm-up's info lines (a shortened prefill, its timing) are findings too
+    out: dict = {}
+
+    def run(name: str, decide, wait_and_warmup: bool = False, **server_args) -> None:
+        server = _serve()
+        _Scripted.decide = staticmethod(decide)
+        args, _, tm = tokenizer_manager(host="127.0.0.1", port=server.server_port, **server_args)
+        hs.set_global_state(hs._GlobalState(tokenizer_manager=tm, template_manager=None, scheduler_info={}))
+        kills.clear()
+        logs.records = []
+        try:
+            if wait_and_warmup:
+                hs._wait_and_warmup(args)
+                returned = None
+            else:
+                returned = hs._execute_server_warmup(args)
+            raised = None
+        except BaseException as e:  # noqa: BLE001
+            returned, raised = None, f"{type(e).__name__}: {str(e)[:200]}"
+        finally:
+            _stop(server)
+        posts = [x["body"] for x in _Scripted.seen if "body" in x]
+        out[name] = {"returned": returned, "raised": raised, "killed": len(kills),
+                     "up": getattr(tm.server_status, "name", str(tm.server_status)) == "Up",
+                     "generate_lengths": [_prompt_tokens(b) for b in posts],
+                     "rejected": [x for x in _answers if x is not None],
+                     "warnings": [r["message"] for r in logs.records if r["level"] == "WARNING"],
+                     "infos": [r["message"] for r in logs.records if r["warmup"] and r["level"] == "INFO"]}
+        _answers.clear()
+
+    _answers: list = []
+
+    def through_tokenizer_manager():
+        def decide(body: dict):
+            tm = hs._global_state.tokenizer_manager
+            obj = GenerateReqInput(**body)
+            try:
+                obj.normalize_batch_and_arguments()
+                subs = [obj] if obj.is_single else [obj[i] for i in range(obj.batch_size)]
+                for sub in subs:
+                    tm._validate_one_request(sub, list(sub.input_ids))
+            except ValueError as e:
+                _answers.append(str(e)[:200])
+                return 400, json.dumps({"error": {"message": str(e)}})
+            return _ok(body)
+        return decide
+
+    try:
+        for mode in FAILURE_MODES:
+            run(mode, _first_use_fails(mode))
+        run("short_context", through_tokenizer_manager(), context_length=64)
+        run("skip_server_warmup", _first_use_fails("500"), wait_and_warmup=True, skip_server_warmup=True)
+    finally:
+        root.removeHandler(logs)
+        root.setLevel(level)
+        os.environ.pop("SGLANG_WARMUP_TIMEOUT", None)
+    return out
+
+
+def _prompt_tokens(body: dict) -> list[int]:
+    ids = body.get("input_ids")
+    if not ids:
+        return []
+    rows = ids if isinstance(ids[0], list) else [ids]
+    return [len(r) for r in rows]

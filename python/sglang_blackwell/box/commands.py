@@ -80,4 +80,5 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .serve import run
 
     args = a.sglang_args[1:] if a.sglang_args[:1] == ["--"] else a.sglang_args
-    return run(args, table=a.table, profile=a.profile, dry_run=a.dry_run)
+    return run(args, table=a.table, profile=a.profile, dry_run=a.dry_run,
+               allow_unauthenticated=a.allow_unauthenticated)

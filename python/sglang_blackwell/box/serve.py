@@ -4,7 +4,8 @@ Launches `python -m sglang.launch_server` with the all-reduce dispatch the tuner
 per-topology table `bench allreduce --tune` writes) turned into the patched server's upstream-style knobs (P7:
 env vars, fusion / symm-mem flags), the NCCL profile for the topology, and the recommended flags for the
 detected topology and TP size. It prints what it chose and why before it starts the server. What the user set
-(flags on the command line, variables in the environment) always wins.
+(flags on the command line, variables in the environment) always wins. A --host beyond loopback without
+--api-key is refused unless --allow-unauthenticated (box/exposure.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..patchset.bases import Base, list_bases, serving_line
-from . import sglang_argv
+from . import exposure, sglang_argv
 from .allreduce_table import SYMM_MEM_FLAG, default_table_path, knobs_from_table, load_table, topology_key
 from .topology import Topology
 
@@ -34,8 +35,9 @@ class ServePlan:
     tp: int = 1
 
     def command_line(self) -> str:
+        """The launch as a shell line, the values of --api-key / --admin-api-key masked (it is printed)."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return (env + " " if env else "") + shlex.join(sglang_argv.mask_keys(self.argv))
 
 
 NOT_INSTALLED = "sglang is not installed in this environment (sglang-blackwell install)"
@@ -61,10 +63,12 @@ def tp_size(args: list[str]) -> int:
 
 
 def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None, profile: str | None,
-         environ: dict[str, str], sglang_version: str | None, python: str = sys.executable) -> ServePlan:
+         environ: dict[str, str], sglang_version: str | None, python: str = sys.executable,
+         allow_unauthenticated: bool = False) -> ServePlan:
     from .nccl import load_profiles, resolve
 
     parsed = sglang_argv.read(sglang_args)  # bad input first, whatever is installed
+    access = exposure.check(parsed, allow_unauthenticated=allow_unauthenticated)
     lines = list_bases()
     line = sglang_line(sglang_version, lines).name
     groups = fusion_flag_groups(lines)
@@ -77,6 +81,7 @@ def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None,
                    f"{line} (what `sglang-blackwell install` installs there); only a launch needs it")
     if parsed.config:
         why.append(f"--config {parsed.config}: its settings read as sglang merges them (the command line wins)")
+    why += access
     env: dict[str, str] = {}
     flags: list[str] = []
     given = parsed.tokens  # what sglang parses: the command line with the config file's arguments in front
@@ -139,7 +144,8 @@ def installed_sglang_version() -> str | None:
         return None
 
 
-def run(sglang_args: list[str], *, table: str | None, profile: str | None, dry_run: bool) -> int:
+def run(sglang_args: list[str], *, table: str | None, profile: str | None, dry_run: bool,
+        allow_unauthenticated: bool = False) -> int:
     from .topology import detect
 
     table_path = Path(table) if table else default_table_path()
@@ -147,7 +153,7 @@ def run(sglang_args: list[str], *, table: str | None, profile: str | None, dry_r
         raise UserError(f"--table {table}: no such file")
     version = installed_sglang_version()
     p = plan(sglang_args, topology=detect(), table_path=table_path, profile=profile, environ=dict(os.environ),
-             sglang_version=version)
+             sglang_version=version, allow_unauthenticated=allow_unauthenticated)
     if version is None and not dry_run:  # the plan is still checked first: bad arguments are named before this
         raise UserError(f"{NOT_INSTALLED}; --dry-run prints the plan without it")
     print("sglang-blackwell serve" + (" --dry-run (nothing started):" if dry_run else ":"), file=sys.stderr)

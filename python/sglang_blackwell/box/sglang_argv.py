@@ -15,6 +15,8 @@ add_cli_args, server_args_config_parser.py), not guessed:
   with the alias --tensor-parallel-size), type int, default 1. No other flag of these versions starts with --tp
   or --te, so --tp, --tp-s, --te, --tensor ... are abbreviations of them.
 sglang itself accepts --tp 0 or -3 and fails later; serve refuses a TP size < 1 up front.
+- who can reach the server: --host (default 127.0.0.1), --api-key, --admin-api-key (type str, the last one wins;
+  abbreviations from --ho, --ap, --ad: no other flag of these versions starts so), for box/exposure.py.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from typing import Any
 from ..errors import UserError
 
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
+# who can reach the server (box/exposure.py): flag -> the shortest abbreviation argparse takes for it (no other
+# flag of 0.5.9, 0.5.14, 0.5.23 starts with --ho, --ap or --ad)
+ACCESS_FLAGS = {"--host": "--ho", "--api-key": "--ap", "--admin-api-key": "--ad"}
 NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's: such a token is a value, not a flag
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -38,6 +43,10 @@ class SglangArgv:
     tp: int
     tp_settings: list[str] = field(default_factory=list)  # every TP setting, in the order sglang reads them
     config: str | None = None
+    host: str | None = None  # the --host sglang keeps (None: its default)
+    host_setting: str | None = None  # where that came from, as the user wrote it
+    api_key_set: bool = False  # a non-empty --api-key
+    admin_api_key_set: bool = False  # a non-empty --admin-api-key
 
     def tp_why(self) -> str:
         if not self.tp_settings:
@@ -58,6 +67,34 @@ def tp_flag(token: str) -> str | None:
         return name
     hits = [f for f in TP_FLAGS if f.startswith(name)]
     return hits[0] if len(name) >= 4 and len(hits) == 1 else None
+
+
+def access_flag(token: str) -> str | None:
+    """The host / key flag a token spells for argparse (exactly, or as an unambiguous abbreviation)."""
+    if not token.startswith("--") or token == "--":
+        return None
+    name = token.split("=", 1)[0]
+    return next((f for f, shortest in ACCESS_FLAGS.items() if f.startswith(name) and name.startswith(shortest)),
+                None)
+
+
+def mask_keys(argv: list[str]) -> list[str]:
+    """argv with the values of --api-key and --admin-api-key (and their abbreviations) replaced by ***."""
+    out, hide_next = [], False
+    for tok in argv:
+        flag = access_flag(tok)
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif flag in ("--api-key", "--admin-api-key"):
+            if "=" in tok:
+                out.append(tok.split("=", 1)[0] + "=***")
+            else:
+                out.append(tok)
+                hide_next = True
+        else:
+            out.append(tok)
+    return out
 
 
 def _is_flag(token: str) -> bool:
@@ -86,11 +123,22 @@ def read(args: list[str]) -> SglangArgv:
         tokens = _config_tokens(config) + tokens[:i] + tokens[i + 2:]
     settings: list[str] = []
     tp = 1
+    access: dict[str, tuple[str, str]] = {}  # flag -> (value, as written), the last one wins
     i = 0
     while i < len(tokens):
         tok, where = tokens[i]
         if tok == "--":
             break
+        if access_flag(tok):
+            if "=" in tok:
+                value, shown = tok.split("=", 1)[1], tok
+            elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1][0]):
+                value = tokens[i + 1][0]
+                shown = f"{tok} {value}"
+                i += 1
+            else:
+                raise UserError(f"{where or tok}: expected a value after {tok}")
+            access[access_flag(tok)] = (value, shown + (f" in {config}" if where else ""))
         flag = tp_flag(tok)
         if flag:
             if "=" in tok:
@@ -110,7 +158,11 @@ def read(args: list[str]) -> SglangArgv:
                                 f"got {value!r}")
             settings.append(shown + (f" in {config}" if where else ""))
         i += 1
-    return SglangArgv(tokens=[t for t, _ in tokens], tp=tp, tp_settings=settings, config=config)
+    host = access.get("--host")
+    return SglangArgv(tokens=[t for t, _ in tokens], tp=tp, tp_settings=settings, config=config,
+                      host=host[0] if host else None, host_setting=host[1] if host else None,
+                      api_key_set=bool(access.get("--api-key", ("", ""))[0]),
+                      admin_api_key_set=bool(access.get("--admin-api-key", ("", ""))[0]))
 
 
 def _config_tokens(path_text: str) -> list[tuple[str, str | None]]:

@@ -25,8 +25,10 @@ from .conftest import carrying
 
 PROBE = """
 import json
-from support.scenarios_warmup import applies, requests_sent, sizes, wiring
-print(json.dumps({"sizes": sizes(), "applies": applies(), "requests": requests_sent(), "wiring": wiring()}))
+from support.scenarios_warmup import (applies, first_use_failures, long_prefill_lengths, requests_sent,
+                                      server_warmup, sizes, wiring)
+print(json.dumps({"sizes": sizes(), "applies": applies(), "requests": requests_sent(), "wiring": wiring(),
+                  "lengths": long_prefill_lengths(), "failures": first_use_failures(), "server": server_warmup()}))
 """
 EXPECTED = {  # shape -> sizes
     (True, 48, 1, "null", "1"): [2, 4, 8, 16, 32, 48],
@@ -90,8 +92,73 @@ def _wiring_problems(r: dict) -> list[str]:
     return []
 
 
+SWITCH = "SGLANG_ENABLE_BATCH_SIZE_WARMUP=0"
+# request budget (context length less reserved tokens) -> the long prefill's prompt: it and its one output token
+# fit, and the TokenizerManager refuses a prompt of the whole budget
+LONG_PREFILL = {None: 1024, 4096: 1024, 1025: 1024, 1024: 1023, 512: 511, 16: 15, 2: 1, 1: 0, 0: 0}
+SHORT_CONTEXT = 64  # scenarios_warmup.server_warmup's --context-length
+
+
+def _fit_problems(r: dict) -> list[str]:
+    if r["lengths"]["missing"]:
+        return ["no long_prefill_warmup_tokens in sglang.srt.entrypoints.warmup: the warm-up's prefill does not "
+                "fit itself to the context"]
+    got = {budget: n for budget, n in r["lengths"]["rows"]}
+    return [f"a request budget of {b} tokens: long prefill of {got.get(b)}, expected {n}"
+            for b, n in LONG_PREFILL.items() if got.get(b) != n]
+
+
+def _failure_problems(r: dict) -> list[str]:
+    f = r["failures"]
+    if f["missing"]:
+        return ["no warmup_first_use in sglang.srt.entrypoints.warmup"]
+    out = []
+    for mode in ("400", "500", "hang"):
+        row = f[mode]
+        if row["raised"] or row["returned"] is not False:
+            out.append(f"first-use request answered {mode}: warmup_first_use raised {row['raised']} / returned "
+                       f"{row['returned']} (expected False, no exception)")
+        if len(row["warnings"]) != 1 or "1024-token prefill" not in row["warnings"][0] \
+                or SWITCH not in row["warnings"][0]:
+            out.append(f"first-use request answered {mode}: warnings {row['warnings']}, expected one naming the "
+                       f"request and {SWITCH}")
+        if row["sent"] != 1:
+            out.append(f"first-use request answered {mode}: {row['sent']} requests sent, expected it to stop at "
+                       "the failed one")
+    return out
+
+
+def _server_problems(r: dict) -> list[str]:
+    s = r["server"]
+    out = []
+    for name in ("400", "500", "hang", "short_context", "skip_server_warmup"):
+        row = s[name]
+        if row["raised"] or row["killed"] or not row["up"]:
+            out.append(f"server warm-up, {name}: raised {row['raised']}, kill_process_tree called {row['killed']}x, "
+                       f"server up: {row['up']}")
+    for mode in ("400", "500", "hang"):
+        warns = s[mode]["warnings"]
+        if len(warns) != 1 or SWITCH not in warns[0]:
+            out.append(f"server warm-up, first-use requests answered {mode}: warnings {warns}")
+    short = s["short_context"]
+    if short["rejected"]:
+        out.append(f"server warm-up, --context-length {SHORT_CONTEXT}: the TokenizerManager refused "
+                   f"{short['rejected']}")
+    lengths = [n for rows in short["generate_lengths"] for n in rows]
+    if max(lengths, default=0) != SHORT_CONTEXT - 1:
+        out.append(f"server warm-up, --context-length {SHORT_CONTEXT}: prompts of {lengths} tokens, expected the "
+                   f"long prefill at {SHORT_CONTEXT - 1}")
+    if not any(f"{SHORT_CONTEXT - 1} tokens, not 1024" in m for m in short["infos"]):
+        out.append(f"server warm-up, --context-length {SHORT_CONTEXT}: no line saying the long prefill is "
+                   f"shortened (info lines: {short['infos']})")
+    if s["skip_server_warmup"]["generate_lengths"]:
+        out.append(f"--skip-server-warmup: the warm-up sent {s['skip_server_warmup']['generate_lengths']}")
+    return out
+
+
 def _problems(r: dict) -> list[str]:
-    return _size_problems(r) + _request_problems(r) + _wiring_problems(r)
+    return (_size_problems(r) + _request_problems(r) + _wiring_problems(r) + _fit_problems(r)
+            + _failure_problems(r) + _server_problems(r))
 
 
 @pytest.fixture(scope="module", params=carrying("P9"))
@@ -110,3 +177,17 @@ def test_warm_up_requests_long_prefill_cached_prefix_batches(outcome):
 def test_server_warm_up_runs_it_before_ready(outcome):
     assert _wiring_problems(outcome["with"]) == []
     assert _wiring_problems(outcome["without"]), "upstream's warm-up runs one short request at batch size 1"
+
+
+def test_long_prefill_fits_the_context(outcome):
+    assert _fit_problems(outcome["with"]) == []
+
+
+def test_failed_first_use_request_is_one_warning(outcome):
+    assert _failure_problems(outcome["with"]) == []
+
+
+def test_server_warm_up_never_ends_the_server(outcome):
+    """400, 500, a hang (bounded by SGLANG_WARMUP_TIMEOUT), a 64-token context, --skip-server-warmup: the
+    server's own warm-up returns, marks the server up and never calls kill_process_tree."""
+    assert _server_problems(outcome["with"]) == []

@@ -37,7 +37,12 @@ def test_rows_say_carried_or_absorbed_since(monkeypatch):
     assert by_id["P9"].cells["0.5.14"] == "`0007-warmup-first-use-compiles`"
     assert by_id["P11"].cells == {"0.5.14": "`0008-splitkv-draft-extend-on-cuda`",
                                   "0.5.23": "`0007-splitkv-draft-extend-on-cuda`"}
-    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 12) if i != 10]
+    # P10 / P12 (request fields checked, admin endpoints closed beyond loopback): every line
+    assert by_id["P10"].cells == {"0.5.9": "`0007-request-fields-checked-against-the-model`",
+                                  "0.5.14": "`0009-request-fields-checked-against-the-model`",
+                                  "0.5.23": "`0008-request-fields-checked-against-the-model`"}
+    assert set(by_id["P12"].cells) == {"0.5.9", "0.5.14", "0.5.23"}
+    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 13)]
 
 
 def test_update_block_rewrites_only_the_block(tmp_path, tiny_base, capsys):
