@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", default=["target"], choices=["target", "gqa", "mla"],
                     help="target: target-verify at --heads (P8); gqa / mla: the lab drafts' draft-extend (P11)")
     ap.add_argument("--no-tiles", action="store_true", help="skip the tile sweep")
+    ap.add_argument("--splits", type=int, nargs="*", default=[],
+                    help="also time the target shape at the largest context, bs 1, with these caps on the split "
+                         "count (verify_shared_kv.MAX_SPLITS; the default tile): where P8 stops scaling")
     a = ap.parse_args(argv)
     from sglang.srt.layers.attention.triton_ops import verify_shared_kv as ours
     from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
@@ -134,6 +137,21 @@ def main(argv: list[str] | None = None) -> int:
             ours.plan_launch = default_plan
             ours._SCRATCH.clear()
         print(json.dumps(tiles[-1]), flush=True)
+    splits = []
+    default_max = ours.MAX_SPLITS
+    for cap_splits in a.splits:
+        try:
+            ours.MAX_SPLITS = cap_splits
+            ours._SCRATCH.clear()
+            us = _graph_us(lambda: ours.verify_shared_kv_fwd(*_args(x, out), max_bs=1), a.calls, a.reps, a.warmup)
+            splits.append({"max_splits": cap_splits, "context": ctx, "batch": bs, "us": round(us, 2),
+                           "GBps": round(ctx * 576 * 2 / us / 1e3, 1)})
+        except Exception as e:
+            splits.append({"max_splits": cap_splits, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+        finally:
+            ours.MAX_SPLITS = default_max
+            ours._SCRATCH.clear()
+        print(json.dumps(splits[-1]), flush=True)
     cap = torch.cuda.get_device_capability()
     chosen = ours.plan_launch(a.heads, 1, 576, 512, 3, cap, v_is_k=True)
     summary = {"heads": a.heads, "draft_tokens": 3, "kv": "bf16", "layers": a.layers,
@@ -145,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                                 chosen.num_stages],
                "wall_s": round(time.monotonic() - t0, 1)}
     r = receipts.make_receipt("verify-kernel-bench", summary, machine=nvidia_smi.machine(), rows=rows,
-                              tiles=tiles, errors=errors,
+                              tiles=tiles, splits=splits, errors=errors,
                               method={"timing": __doc__.strip().splitlines()[-3:], "calls": a.calls,
                                       "reps": a.reps, "warmup": a.warmup})
     a.out.mkdir(parents=True, exist_ok=True)
