@@ -23,8 +23,12 @@ from .conftest import carrying
 
 RUN = """
 import json
-from support.scenarios_draft_extend import dispatch_case, gate_cases, kernel_cases
-print(json.dumps({"gate": gate_cases(), "dispatch": dispatch_case(), "kernel": kernel_cases()}))
+from support.scenarios_draft_extend import CASES, dispatch_case, gate_cases, kernel_cases
+gate = gate_cases()
+# every case where the backend routes draft-extend to the kernel; elsewhere (Triton's interpreter is the slow part)
+# only the small one with an empty prefix, which 0.5.23's kernel turned into NaN
+kernel = kernel_cases() if gate["gate"] else {**kernel_cases([CASES[3]]), "routed": False}
+print(json.dumps({"gate": gate, "dispatch": dispatch_case(), "kernel": kernel}))
 """
 VALIDATED = ((9, 0), (12, 0), (12, 1))
 
@@ -55,7 +59,7 @@ def _dispatch_problems(r: dict) -> list[str]:
 
 
 def _kernel_problems(r: dict) -> list[str]:
-    out = []
+    out = [] if r["kernel"].get("routed", True) else ["the backend routes no draft-extend to the kernel"]
     for row in r["kernel"]["cases"]:
         c = row["case"]
         label = f"{c['arch']} {c['shape']} draft, prefixes {c['prefix']}"
@@ -92,7 +96,9 @@ def test_draft_extend_dispatches_to_it_for_gqa_and_mla_drafts(outcome):
     assert _dispatch_problems(outcome["without"])
 
 
-def test_equals_extend_attention_within_the_bound_with_empty_prefixes(outcome):
+def test_equals_extend_attention_within_the_bound_with_empty_prefixes(outcome, request):
     assert _kernel_problems(outcome["with"]) == []
+    if request.node.callspec.params["outcome"] == "0.5.23":  # upstream's kernel without P11: NaN on an empty prefix
+        assert any("NaN" in p for p in _kernel_problems(outcome["without"]))
     rows = outcome["with"]["kernel"]["cases"]
     assert {r["case"]["shape"] for r in rows} == {"gqa", "mla"} and any(0 in r["case"]["prefix"] for r in rows)
