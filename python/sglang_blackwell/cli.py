@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import __version__
+from . import __version__, envswitch
 from .errors import UserError
 
 DEBUG_ENV = "SGLANG_BLACKWELL_DEBUG"  # =1: an unexpected exception prints its traceback instead of a crash file
@@ -399,6 +399,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     try:
+        envswitch.check_all()  # a switch set to a value it does not accept: exit 2 before anything runs
         rc = a.fn(a)
         for line in getattr(a, "deprecations", []):
             print(line, file=sys.stderr)
@@ -410,9 +411,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sglang-blackwell {a.cmd}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # the last resort: every known bad input is a UserError where it happens
-        if os.environ.get(DEBUG_ENV) == "1":
+        if _debug():
             raise
         return unexpected(a.cmd, e, sys.argv if argv is None else ["sglang-blackwell", *argv])
+
+
+def _debug() -> bool:
+    try:
+        return envswitch.on(DEBUG_ENV)
+    except UserError:  # checked before the command ran; changed since: no traceback
+        return False
 
 
 def unexpected(cmd: str, e: BaseException, argv: list[str]) -> int:
