@@ -12,6 +12,7 @@ from types import ModuleType
 
 from . import __version__, envswitch
 from .errors import UserError
+from .paths import path_arg
 
 DEBUG_ENV = "SGLANG_BLACKWELL_DEBUG"  # =1: an unexpected exception prints its traceback instead of a crash file
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug of ours, not the user's input
@@ -112,21 +113,6 @@ def positive_float_arg(text: str) -> float:
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
     return v
-
-
-NAME_MAX, PATH_MAX = 255, 4095  # Linux: bytes per path component, per path
-
-
-def path_arg(text: str) -> str:
-    """type= of arguments that name a file or directory: an empty string names nothing (and would mean '.'), and a
-    path the kernel refuses to look up (ENAMETOOLONG) is refused here, by name."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no file")
-    raw = os.fsencode(text)
-    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
-        raise argparse.ArgumentTypeError(f"{text[:40]}...: longer than a path can be ({NAME_MAX} bytes a component, "
-                                         f"{PATH_MAX} in all)")
-    return text
 
 
 # Each verb's handler lives next to what it drives, as cmd_<verb> in <folder>/commands.py; a loader per folder
