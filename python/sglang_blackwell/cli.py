@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import __version__
+from . import __version__, envswitch
 from .errors import UserError
+from .paths import path_arg
 
 DEBUG_ENV = "SGLANG_BLACKWELL_DEBUG"  # =1: an unexpected exception prints its traceback instead of a crash file
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug of ours, not the user's input
@@ -112,21 +113,6 @@ def positive_float_arg(text: str) -> float:
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
     return v
-
-
-NAME_MAX, PATH_MAX = 255, 4095  # Linux: bytes per path component, per path
-
-
-def path_arg(text: str) -> str:
-    """type= of arguments that name a file or directory: an empty string names nothing (and would mean '.'), and a
-    path the kernel refuses to look up (ENAMETOOLONG) is refused here, by name."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no file")
-    raw = os.fsencode(text)
-    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
-        raise argparse.ArgumentTypeError(f"{text[:40]}...: longer than a path can be ({NAME_MAX} bytes a component, "
-                                         f"{PATH_MAX} in all)")
-    return text
 
 
 # Each verb's handler lives next to what it drives, as cmd_<verb> in <folder>/commands.py; a loader per folder
@@ -409,6 +395,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     try:
+        envswitch.check_all()  # a switch set to a value it does not accept: exit 2 before anything runs
         rc = a.fn(a)
         for line in getattr(a, "deprecations", []):
             print(line, file=sys.stderr)
@@ -420,9 +407,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sglang-blackwell {a.cmd}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # the last resort: every known bad input is a UserError where it happens
-        if os.environ.get(DEBUG_ENV) == "1":
+        if _debug():
             raise
         return unexpected(a.cmd, e, sys.argv if argv is None else ["sglang-blackwell", *argv])
+
+
+def _debug() -> bool:
+    try:
+        return envswitch.on(DEBUG_ENV)
+    except UserError:  # checked before the command ran; changed since: no traceback
+        return False
 
 
 def unexpected(cmd: str, e: BaseException, argv: list[str]) -> int:

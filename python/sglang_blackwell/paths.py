@@ -11,6 +11,7 @@ from typing import Any
 from .errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+NAME_MAX, PATH_MAX = 255, 4095  # Linux: bytes per path component, per path
 
 
 def repo_root() -> Path | None:
@@ -40,6 +41,20 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return (base / "sglang-blackwell").resolve()
+
+
+def path_arg(text: str) -> str:
+    """type= of arguments that name a file or directory: an empty string names nothing (and would mean '.'), and a
+    path the kernel refuses to look up (ENAMETOOLONG) is refused here, by name."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise argparse.ArgumentTypeError(f"{text[:40]}...: longer than a path can be ({NAME_MAX} bytes a component, "
+                                         f"{PATH_MAX} in all)")
+    return text
 
 
 def os_reason(e: OSError) -> str:
@@ -159,3 +174,42 @@ def replace_marked_block(path: Path, body: str, begin: str, end: str, what: str 
     write_atomic(target, new)
     return True
 
+
+
+class NotReadable(Exception):
+    """A file read_bounded does not read: a FIFO or socket (reading would wait for a writer, or take the data its
+    reader is meant to get), a directory, or more bytes than the bound. The message says which, in a few words."""
+
+
+def read_bounded(path: str | os.PathLike, limit: int, *, devices: bool = False) -> bytes:
+    """A file's bytes, never blocking and never more than `limit` of them: a regular file (and, with `devices`, a
+    character device such as /dev/null, read until it has nothing more now). OSError as opening it gives
+    (FileNotFoundError: absent); NotReadable for a FIFO, socket, directory, or a file larger than `limit`."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+            raise NotReadable(f"{'a FIFO' if stat.S_ISFIFO(st.st_mode) else 'a socket'}, not a regular file")
+        if stat.S_ISDIR(st.st_mode):
+            raise NotReadable("a directory, not a file")
+        if not (stat.S_ISREG(st.st_mode) or devices and stat.S_ISCHR(st.st_mode)):
+            raise NotReadable("not a regular file")
+        if st.st_size > limit:
+            raise NotReadable(f"{st.st_size} bytes, more than {limit}")
+        chunks, size = [], 0
+        while size <= limit:
+            try:
+                chunk = os.read(fd, limit + 1 - size)
+            except BlockingIOError:  # a device with nothing to give now
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise NotReadable(f"more than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

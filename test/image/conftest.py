@@ -23,7 +23,7 @@ if str(TEST_ROOT) not in sys.path:
 from sglang_blackwell.paths import cache_dir  # noqa: E402
 from support.buildah import Buildah  # noqa: E402
 from support.image_preflight import blockers  # noqa: E402
-from support.require_tools import pytest_runtest_makereport  # noqa: E402,F401
+from support.require_tools import pytest_configure, pytest_runtest_makereport  # noqa: E402,F401
 
 REPO = TEST_ROOT.parent
 SCRIPT = REPO / "docker" / "standin-image.sh"

@@ -13,6 +13,9 @@ import os
 
 import pytest
 
+from sglang_blackwell import envswitch
+from sglang_blackwell.errors import UserError
+
 REQUIRE_TOOLS_ENV = "SGLANG_BLACKWELL_REQUIRE_TOOLS"
 # every skip in these modules means "a tool is missing here"
 MUST_RUN_IN_CI = frozenset({"test_docker_static.py", "test_workflows.py", "test_install_stack.py", "test_aot.py",
@@ -20,7 +23,15 @@ MUST_RUN_IN_CI = frozenset({"test_docker_static.py", "test_workflows.py", "test_
 
 
 def tools_required() -> bool:
-    return os.environ.get(REQUIRE_TOOLS_ENV) == "1"
+    """The switch, read by our one parser (1/true/on/yes, 0/false/off/no); any other value stops the run."""
+    try:
+        return envswitch.parse(REQUIRE_TOOLS_ENV, os.environ.get(REQUIRE_TOOLS_ENV), False)
+    except UserError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def pytest_configure(config) -> None:
+    tools_required()  # a value the switch does not accept stops the run before any test, naming it
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -9,4 +9,4 @@ from pathlib import Path
 _TEST_ROOT = str(Path(__file__).resolve().parents[1])
 if _TEST_ROOT not in sys.path:
     sys.path.insert(0, _TEST_ROOT)
-from support.require_tools import pytest_runtest_makereport  # noqa: E402,F401
+from support.require_tools import pytest_configure, pytest_runtest_makereport  # noqa: E402,F401

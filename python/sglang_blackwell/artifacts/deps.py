@@ -33,8 +33,9 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .. import envswitch
 from ..errors import IntegrityError, UserError
-from ..patchset.fetch import pip_base_command, sha256_file, sweep_partials
+from ..patchset.fetch import OFFLINE_ENV, pip_base_command, sha256_file, sweep_partials
 from ..patchset.wheel_metadata import wheel_metadata
 from ..paths import read_text
 from .requirement_lines import read_requirement_lines
@@ -340,8 +341,8 @@ class Downloader:
         """pip download in hash-checking mode (pip picks, among the index's files of each version, the one whose
         sha256 is locked), then our own sha256 check before a file enters the wheelhouse."""
         specs = [f"{w.name}=={w.version}" for w in wants]
-        if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
-            raise UserError(f"not in the wheelhouse {self.house} and SGLANG_BLACKWELL_OFFLINE=1: {', '.join(specs)}")
+        if envswitch.on(OFFLINE_ENV):
+            raise UserError(f"not in the wheelhouse {self.house} and {OFFLINE_ENV} is on: {', '.join(specs)}")
         sweep_partials(self.house)  # what killed downloads left (fetch.py names them with the pid)
         partial = self.house / ".partial"
         partial.mkdir(parents=True, exist_ok=True)

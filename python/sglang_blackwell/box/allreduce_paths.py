@@ -20,6 +20,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..patchset.bases import pcie_ipc_line
+from . import sglang_env
 from .allreduce_catalog import (
     PATH_CUSTOM_AR,
     PATH_FLASHINFER_FUSION,
@@ -28,6 +29,7 @@ from .allreduce_catalog import (
     PATH_PCIE_IPC,
     PATH_TORCH_SYMM_MEM,
 )
+from .sglang_env import BoolRule, Reading
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -36,7 +38,6 @@ SIZES = ((4 * KiB, "4 KiB"), (43008, "42 KiB (EAGLE-3 verify: 3 tokens x 7168 hi
          (256 * KiB, "256 KiB"), (1 * MiB, "1 MiB"), (8 * MiB, "8 MiB"), (64 * MiB, "64 MiB"))
 DEFAULT_CUSTOM_AR_MAX = 8 * MiB  # CustomAllreduce._MAX_CAR_SIZE (CUDA)
 MSCCLPP_MAX = 1 * MiB  # SGLANG_MSCCLPP_MAX_BYTES default
-TRUTHY = ("1", "true", "yes", "on")
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Facts:
     fusion_max_tokens: int | None = 2048
     fusion_flag: str = "--flashinfer-allreduce-fusion-backend trtllm"
     env: dict[str, str] = field(default_factory=dict)
+    bool_rule: BoolRule | None = None  # how the installed sglang reads its switches (None: its base line's)
     hidden: int = 7168  # model hidden size (Kimi-K2.5, DeepSeek-V3): bf16 bytes -> tokens for fusion
 
     @property
@@ -109,6 +111,13 @@ def custom_allreduce(f: Facts) -> Backend:
     return _set(b, True, f"{why}, messages <= {_fmt(f.custom_ar_max)}")
 
 
+def switch(f: Facts, name: str, default: bool) -> Reading:
+    """A boolean switch of f.env as the installed sglang reads it (box/sglang_env.py; its base line's rule where
+    the facts have none)."""
+    env = sglang_env.installed(None, f.sglang) if f.bool_rule is None else sglang_env.SglangEnv(f.bool_rule, {})
+    return env.read(name, default, f.env)
+
+
 def pcie_ipc(f: Facts) -> Backend:
     line = pcie_ipc_line()
     since = f"sglang {line.package('sglang').version}+" if line else "no base line"
@@ -125,8 +134,9 @@ def pcie_ipc(f: Facts) -> Backend:
         return _set(b, False, f"world size {f.tp} (needs 2, 4 or 8)")
     if f.all_p2p is False:
         return _set(b, False, "needs P2P access between the GPUs (CUDA IPC peer loads/stores)")
-    if f.env.get(env, "").lower() not in TRUTHY:
-        return _set(b, True, f"off: {env} is not set")
+    r = switch(f, env, False)
+    if not r.on:
+        return _set(b, True, f"off: {r.text()}")
     b.mode = "default"
     return _set(b, True, f"enabled by {env}; bf16, up to its workspace "
                          f"(cuda-graph max bs x draft tokens x hidden, {numel})")

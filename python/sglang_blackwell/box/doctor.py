@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..limits import tp_problem
 from ..paths import output_problem
 from ..receipts import make_receipt, validate_receipt
 from . import gpu_presence
@@ -66,6 +67,8 @@ def check_arguments(*, tp: int | None = None, python: str | None = None, out: st
     """doctor's options, before any check runs: bad input is exit 2 naming the option, not a report."""
     if tp is not None and tp < 1:
         raise UserError(f"--tp: expected a positive integer (the tensor-parallel size to plan for), got {tp}")
+    if tp is not None and (why := tp_problem(tp)) is not None:
+        raise UserError(f"--tp: {why} (limits.MAX_TP), got {tp}")
     if python is not None and shutil.which(python) is None:
         raise UserError(f"--python {python}: no such interpreter" + ("" if os.sep in python else " on PATH"))
     problem = output_problem(Path(out)) if out is not None else None

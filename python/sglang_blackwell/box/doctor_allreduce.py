@@ -8,7 +8,8 @@ import os
 
 from ..errors import UserError
 from ..patchset.bases import pcie_ipc_line
-from .allreduce_paths import TRUTHY, Facts, flashinfer_facts, pcie_ipc, plan, sglang_facts
+from . import sglang_env
+from .allreduce_paths import Facts, flashinfer_facts, package_dir, pcie_ipc, plan, sglang_facts, switch
 from .doctor_check import Check, Context, item
 
 
@@ -65,6 +66,7 @@ def allreduce_facts(c: Context) -> Facts:
                  flashinfer=c.flashinfer["version"] if c.flashinfer else None,
                  trtllm_comm_accepts=c.trtllm.get(cap, {}).get("accepted") if cap else None,
                  env={k: v for k, v in os.environ.items() if k.startswith("SGLANG_")}, **sglang_facts(),
+                 bool_rule=sglang_env.installed(package_dir("sglang"), c.sglang["version"] if c.sglang else None).rule,
                  **flashinfer_facts())
 
 
@@ -75,14 +77,17 @@ def check_pcie_ipc(c: Context) -> Check:
     b = pcie_ipc(f)
     line = pcie_ipc_line()
     env = line.serving.pcie_ipc_env if line else b.enable.split("=")[0]
-    on = f.env.get(env, "").lower() in TRUTHY
+    reading = switch(f, env, False)
+    on = reading.on
     sg = (f"sglang {f.sglang}: {'has' if f.has_pcie_ipc else 'no'} pcie_ipc_ar backend" if f.sglang
           else "sglang: not installed")
     fi = ("flashinfer: not installed" if not f.flashinfer else
           f"flashinfer {f.flashinfer}: " + ("has" if f.flashinfer_pcie_ipc else "no" if f.flashinfer_pcie_ipc is False
                                            else "may have") + " PcieIpcAllReduceWorkspace")
     stack = f"{sg}; {fi}"
-    data = {"usable": b.usable, "why": b.why, "enabled": on, "sglang_has_backend": f.has_pcie_ipc,
+    data = {"usable": b.usable, "why": b.why, "enabled": on, "env_read": {"value": reading.value, "on": reading.on,
+                                                                         "understood": reading.understood},
+            "sglang_has_backend": f.has_pcie_ipc,
             "flashinfer_has_workspace": f.flashinfer_pcie_ipc, "tp": f.tp}
     if c.no_gpu or f.tp < 2:
         return item("pcie_ipc", "n/a", ("no GPU" if c.no_gpu else "TP=1: no all-reduce") + f"; {stack}",
@@ -96,16 +101,19 @@ def check_pcie_ipc(c: Context) -> Check:
                "run sglang at TP 2, 4 or 8" if "world size" in b.why else
                "enable P2P between the GPUs (see the p2p, iommu and acs items)")
         if on:
-            return item("pcie_ipc", "warn", f"{env} is set but it cannot run: {why} ({stack})", fix, data)
+            return item("pcie_ipc", "warn", f"{reading.text()} but it cannot run: {why} ({stack})", fix, data)
         where = " (a PCIe-only box: the case it is made for)" if c.topo.pcie_only else ""
         return item("pcie_ipc", "info", f"not available: {why}{where}; {stack}; to get it: {fix}", data=data)
     if on:
-        return item("pcie_ipc", "ok", f"on ({env}=1): decode-sized all-reduces at TP={f.tp} take it, "
+        return item("pcie_ipc", "ok", f"on ({reading.text()}): decode-sized all-reduces at TP={f.tp} take it, "
                                       f"larger ones stay on NCCL; {stack}", data=data)
     hint = "made for PCIe-only boxes like this one" if c.topo.pcie_only else "made for PCIe-only boxes"
-    return item("pcie_ipc", "info", f"available, off: export {env}=1 to opt in ({hint}; "
-                                    "`sglang-blackwell bench allreduce --tune` measures whether it beats NCCL "
-                                    f"here); {stack}", data=data)
+    detail = (f"available, off ({reading.text()}): export {env}=1 to opt in ({hint}; `sglang-blackwell bench "
+              f"allreduce --tune` measures whether it beats NCCL here); {stack}")
+    if not reading.understood:
+        return item("pcie_ipc", "warn", detail, f"set {env}=1 to opt in, or unset it (sglang reads "
+                                                f"{f.bool_rule.text() if f.bool_rule else 'true/1/yes/y'})", data)
+    return item("pcie_ipc", "info", detail, data=data)
 
 
 def check_allreduce(c: Context) -> Check:

@@ -9,7 +9,10 @@ import re
 
 from ..artifacts.fatbin import Arch
 from ..artifacts.wheel import MARKER_FILE
+from . import sglang_env
+from .allreduce_paths import package_dir
 from .doctor_check import INSTALL, TARGET_CAPABILITY, Check, Context, item
+from .sglang_env import Reading
 from .stackinfo import arch_covered, dist_facts, kernel_facts, trtllm_comm_probe
 
 
@@ -141,8 +144,13 @@ WARMUP_ENV = "SGLANG_ENABLE_BATCH_SIZE_WARMUP"
 SPLITKV_MAJORS = (9, 12)  # where P8's split-KV verify kernel is built and validated (the backend's gate)
 
 
-def _env_off(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("0", "false", "no", "off")
+def _switch_part(r: Reading, what: str, rule: str) -> tuple[str, str | None]:
+    """A switch that is off, or set to a value sglang does not read, as the server will take it (sglang_env):
+    (detail, the fix where the value is not one sglang reads)."""
+    if not r.understood:
+        return (f"{what} {'on' if r.on else 'off'}: {r.text()} (it reads {rule})",
+                f"set {r.name}=0 to turn it off, or unset it")
+    return f"{what} turned off by {r.text()}", None
 
 
 def check_spec_verify(c: Context) -> Check:
@@ -154,8 +162,12 @@ def check_spec_verify(c: Context) -> Check:
     patches = set(c.sglang.get("patches") or [])
     caps = c.topo.capabilities() or [TARGET_CAPABILITY]
     majors = {int(str(cap).split(".")[0]) for cap in caps}
+    env = sglang_env.installed(package_dir("sglang"), c.sglang.get("version"))
+    split, warm = (env.read(SPLITKV_ENV, True, os.environ), env.read(WARMUP_ENV, True, os.environ))
     data = {"patches": sorted(patches & {"P8", "P9"}), "capabilities": list(caps),
-            "env": {k: os.environ.get(k) for k in (SPLITKV_ENV, WARMUP_ENV)}}
+            "env": {k: os.environ.get(k) for k in (SPLITKV_ENV, WARMUP_ENV)},
+            "env_read": {r.name: {"value": r.value, "on": r.on, "understood": r.understood} for r in (split, warm)},
+            "env_rule": env.rule.source}
     parts, fix, status = [], None, "ok"
     where = "this GPU" if not c.no_gpu else f"capability {TARGET_CAPABILITY} (the target; no GPU here)"
     if "P8" not in patches:
@@ -163,24 +175,27 @@ def check_spec_verify(c: Context) -> Check:
                      "the whole prefix per head (EAGLE-3 ran at 0.52x the baseline at 2k tokens and 0.19x at 8k "
                      "on the lab)")
         fix, status = f"{INSTALL} (P8 is in the 0.5.14 and 0.5.23 lines)", "warn"
-    elif _env_off(SPLITKV_ENV):
-        parts.append(f"split-KV target-verify (P8) turned off by {SPLITKV_ENV}={os.environ[SPLITKV_ENV]}")
-        status = "info"
+    elif not split.understood or not split.on:
+        text, fix = _switch_part(split, "split-KV target-verify (P8)", env.rule.text())
+        parts.append(text)
+        status = "warn" if fix else "info"
     elif not majors & set(SPLITKV_MAJORS):
         parts.append(f"split-KV target-verify (P8) is off on capability {', '.join(map(str, caps))} (built and "
                      "validated for SM90 and SM12x)")
         status = "info"
     else:
         parts.append(f"split-KV target-verify (P8) on for {where}: MLA targets (DeepSeek-V3, Kimi-K2.x) at "
-                     "--speculative-eagle-topk 1 with --attention-backend triton")
+                     f"--speculative-eagle-topk 1 with --attention-backend triton ({split.text()})")
     if "P9" not in patches:
         parts.append("no first-use warm-up: the first concurrent burst after a start waits for kernels to compile "
                      "(~10 s on the lab)")
         fix, status = fix or f"{INSTALL} (P9 is in the 0.5.14 and 0.5.23 lines)", "warn"
-    elif _env_off(WARMUP_ENV):
-        parts.append(f"first-use warm-up (P9) turned off by {WARMUP_ENV}={os.environ[WARMUP_ENV]}")
-        status = "info" if status == "ok" else status
+    elif not warm.understood or not warm.on:
+        text, wfix = _switch_part(warm, "first-use warm-up (P9)", env.rule.text())
+        parts.append(text)
+        fix = fix or wfix
+        status = "warn" if wfix else ("info" if status == "ok" else status)
     else:
         parts.append("first-use warm-up (P9) on: a 1024-token prefill and, with speculation, every batch-size "
-                     "bucket before the server reports ready")
+                     f"bucket before the server reports ready ({warm.text()})")
     return item("spec_verify", status, "; ".join(parts), fix, data)

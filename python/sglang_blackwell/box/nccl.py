@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import __version__, envswitch
 from ..errors import UserError
 from ..tomlio import load_file
 from . import nccl_conf as conf
@@ -25,7 +25,7 @@ KILL_SWITCH = "SGLANG_BLACKWELL_NCCL"  # =0 (or false/off/no): the managed block
 APPLIED_ENV = "SGLANG_BLACKWELL_NCCL_APPLIED"  # keys the managed block set in this process tree
 # the user's NCCL_CONF_FILE ('' = unset) where the kill switch pointed it at /dev/null (NCCL-config mode)
 CONF_WAS_ENV = "SGLANG_BLACKWELL_NCCL_CONF_FILE_WAS"
-OFF_VALUES = ("0", "false", "off", "no")
+OFF_VALUES = envswitch.OFF  # what the startup block reads as off (envswitch: the one parser)
 # the project's rule for every GPU process: no NVLink multicast (NCCL NVLS, torch symm-mem, NVSHMEM); bench
 # allreduce refuses to start without it, qualify's GPU steps get it where the user has not set these
 MULTICAST_OFF_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -157,7 +157,7 @@ def resolve(requested: str, topology: Topology, profiles: dict[str, Profile]) ->
 
 
 def kill_switch_engaged(environ: dict[str, str]) -> bool:
-    return environ.get(KILL_SWITCH, "").strip().lower() in OFF_VALUES
+    return not envswitch.parse(KILL_SWITCH, environ.get(KILL_SWITCH), True)
 
 
 def nccl_conf(profile: Profile, requested: str | None = None) -> str:

@@ -30,12 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..paths import NotReadable, read_bounded
+
 ETC_CONF = Path("/etc/nccl.conf")
 CONF_ENV = "NCCL_CONF_FILE"
 NAME_MAX = 1023  # envVar[1024] / envValue[1024]
 FGETS_CHUNK = 4095  # char line[4096]: fgets reads at most 4095 bytes
 NEWEST = (2, 30, 7)  # the newest release these rules were read at
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_CONF_BYTES = 1 << 20  # read at most this much of a config file (NCCL's own are a few lines)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class ConfFile:
     path: Path
     role: str  # "NCCL_CONF_FILE", "~/.nccl.conf" or "/etc/nccl.conf"
     exists: bool = False
-    error: str | None = None
+    error: str | None = None  # it cannot be opened or read (NCCL cannot either)
+    unread: str | None = None  # we did not read it, and why: a FIFO (reading would wait or take its data), too big
     entries: list[Entry] = field(default_factory=list)  # every assignment, in file order
     hazards: list[str] = field(default_factory=list)  # lines that do not do what they look like
     data: bytes = b""
@@ -110,6 +114,7 @@ class ConfFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "role": self.role, "exists": self.exists, "error": self.error,
+                "unread": self.unread,
                 "values": {k: e.value for k, e in self.values.items()}, "hazards": list(self.hazards),
                 "managed_block": self.managed is not None}
 
@@ -196,14 +201,25 @@ def parse(data: bytes | str, rules: Rules | None = None) -> tuple[list[Entry], l
 
 
 def read(path: Path, role: str, rules: Rules | None = None) -> ConfFile:
+    """The file as NCCL reads it, read without blocking and at most MAX_CONF_BYTES (paths.read_bounded): a FIFO or
+    socket is not read (opening it would wait for a writer, reading it would take the data NCCL is meant to get),
+    nor a file larger than the bound; `unread` says so, in one line. A regular file or a character device
+    (/dev/null, the documented way to switch the files off) is read."""
     cf = ConfFile(Path(path), role)
     try:
-        cf.data = Path(path).read_bytes()
+        cf.data = read_bounded(path, MAX_CONF_BYTES, devices=True)
     except FileNotFoundError:
+        return cf
+    except NotReadable as e:
+        cf.exists = True
+        if str(e).startswith("a directory"):
+            cf.error = "Is a directory"
+        else:
+            cf.unread = f"{e}: not read" + (" (NCCL would wait on it for a writer)" if "FIFO" in str(e) else "")
         return cf
     except OSError as e:
         cf.error = e.strerror or str(e)
-        cf.exists = Path(path).exists()
+        cf.exists = os.path.lexists(path)  # False for a name too long to look up, too
         return cf
     cf.exists = True
     cf.entries, cf.hazards = parse(cf.data, rules)

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import NotReadable, read_bounded
 from .nccl_block import find_block, with_block, without_block
 
 LOCK_TIMEOUT_S = 60.0
@@ -214,11 +215,18 @@ def _umask() -> int:
     return m
 
 
+MAX_FILE_BYTES = 64 << 20  # a sitecustomize.py, .pth or NCCL config file larger than this is not one we edit
+
+
 def read_or_none(path: Path) -> bytes | None:
+    """The file's bytes (None: absent), read without blocking and bounded (paths.read_bounded): a FIFO in a file's
+    place, or a file of gigabytes, is a UserError naming it, not a hang."""
     try:
-        return path.read_bytes()
+        return read_bounded(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None  # (a dangling symlink too: editable() refuses to write through it)
+    except NotReadable as e:
+        raise UserError(f"{path}: {e}: not read") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 

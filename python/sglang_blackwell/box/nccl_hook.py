@@ -296,6 +296,8 @@ def state(python: str | None = None, *, profiles: dict | None = None, requested:
         hazards += [f"{cf.path}: {h}" for h in cf.hazards]
         if cf.error:
             hazards.append(f"{cf.path}: NCCL cannot read it either ({cf.error}): it is skipped")
+        if cf.unread:
+            hazards.append(f"{cf.path} ({cf.role}): {cf.unread}")
     every = installed(target, rules)
     blocks = [b for b in every if b.hook in HOOKS]
     conf_blocks = [b for b in every if b.hook == CONF_HOOK]

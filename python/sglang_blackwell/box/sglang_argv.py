@@ -14,9 +14,12 @@ add_cli_args, server_args_config_parser.py), not guessed:
 - the TP size: --tp-size and --tensor-parallel-size (0.5.9: one action with both names; 0.5.14, 0.5.23: --tp-size
   with the alias --tensor-parallel-size), type int, default 1. No other flag of these versions starts with --tp
   or --te, so --tp, --tp-s, --te, --tensor ... are abbreviations of them.
-sglang itself accepts --tp 0 or -3 and fails later; serve refuses a TP size < 1 up front.
+sglang itself accepts --tp 0 or -3 and fails later; serve refuses a TP size < 1 or above limits.MAX_TP up front.
 - who can reach the server: --host (default 127.0.0.1), --api-key, --admin-api-key (type str, the last one wins;
   abbreviations from --ho, --ap, --ad: no other flag of these versions starts so), for box/exposure.py.
+The YAML file is input from outside: read whole only up to CONFIG_MAX_BYTES, and its data walked (aliases
+expanded) only up to CONFIG_MAX_DEPTH levels and CONFIG_MAX_VALUES values, so a billion-laughs file or a deeply
+nested one is one line naming it, never a hang or a RecursionError.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..limits import tp_problem
 
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
 # who can reach the server (box/exposure.py): flag -> the shortest abbreviation argparse takes for it (no other
@@ -35,6 +39,9 @@ TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
 ACCESS_FLAGS = {"--host": "--ho", "--api-key": "--ap", "--admin-api-key": "--ad"}
 NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's: such a token is a value, not a flag
 YAML_SUFFIXES = (".yaml", ".yml")
+CONFIG_MAX_BYTES = 1 << 20  # a server's option file: 1 MiB is thousands of options
+CONFIG_MAX_DEPTH = 32  # sglang's options are scalars, lists and JSON objects of a few levels
+CONFIG_MAX_VALUES = 100_000  # every value of the file, aliases expanded (a billion-laughs file has 10^9)
 
 
 @dataclass
@@ -151,11 +158,13 @@ def read(args: list[str]) -> SglangArgv:
                 raise UserError(f"{where or tok}: expected the tensor-parallel size after {tok}")
             try:
                 tp = int(value)
-            except ValueError:
+            except ValueError:  # not an integer, or one of more digits than Python converts
                 tp = 0
             if tp < 1:
                 raise UserError(f"{where or shown}: expected a positive integer (the tensor-parallel size), "
-                                f"got {value!r}")
+                                f"got {_short(value)}")
+            if (why := tp_problem(tp)) is not None:
+                raise UserError(f"{where or shown}: {why} (limits.MAX_TP), got {_short(value)}")
             settings.append(shown + (f" in {config}" if where else ""))
         i += 1
     host = access.get("--host")
@@ -179,7 +188,13 @@ def _config_tokens(path_text: str) -> list[tuple[str, str | None]]:
         raise UserError(f"{at}: reading sglang's YAML config needs PyYAML (sglang's environment has it; "
                         "pip install pyyaml)") from None
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        with open(path, "rb") as f:
+            raw = f.read(CONFIG_MAX_BYTES + 1)
+        if len(raw) > CONFIG_MAX_BYTES:
+            raise UserError(f"{at}: larger than {CONFIG_MAX_BYTES} bytes: not a server's option file")
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except RecursionError:
+        raise UserError(f"{at}: nested too deeply to be a server's option file") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{at}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except OSError as e:
@@ -188,6 +203,7 @@ def _config_tokens(path_text: str) -> list[tuple[str, str | None]]:
         raise UserError(f"{at}: not valid YAML: {' '.join(str(e).split())}") from None
     if data is None:
         return []
+    _check_size(data, at)
     if not isinstance(data, dict):
         raise UserError(f"{at}: expected a mapping of option: value at the top, got {type(data).__name__}")
     out: list[tuple[str, str | None]] = []
@@ -199,6 +215,29 @@ def _config_tokens(path_text: str) -> list[tuple[str, str | None]]:
             raise UserError(f"{where}: expected a positive integer (the tensor-parallel size), got {value!r}")
         out += [(t, where) for t in _yaml_arg(key, value)]
     return out
+
+
+def _short(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}...({len(value)} characters)"
+
+
+def _check_size(data: Any, at: str) -> None:
+    """The YAML data walked as sglang walks it (aliases expanded: json.dumps of a mapping, str of a list): more
+    than CONFIG_MAX_DEPTH levels or CONFIG_MAX_VALUES values is refused before anything expands it."""
+    count = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        v, depth = stack.pop()
+        count += 1
+        if count > CONFIG_MAX_VALUES:
+            raise UserError(f"{at}: more than {CONFIG_MAX_VALUES} values once its aliases are expanded (an alias "
+                            "bomb?): not a server's option file")
+        if isinstance(v, dict | list):
+            if depth > CONFIG_MAX_DEPTH:
+                raise UserError(f"{at}: nested deeper than {CONFIG_MAX_DEPTH} levels: not a server's option file")
+            items = [x for kv in v.items() for x in kv] if isinstance(v, dict) else v
+            stack += [(x, depth + 1) for x in items]
 
 
 def _yaml_arg(key: str, value: Any) -> list[str]:

@@ -107,6 +107,10 @@ class ServingFacts:
     fusion_off_flags: tuple[str, ...] = ()  # ... and off; () when the line has no such flag (leave "on" out)
     pcie_ipc_env: str = ""  # the opt-in variable of the line's FlashInfer PCIe-IPC all-reduce ("": none)
     pcie_ipc_max_numel_env: str = ""  # its size limit, in elements
+    # how the line's sglang reads a boolean switch (srt/environ.py EnvBool.parse): the value lowercased, nothing
+    # stripped; one of bool_env_true: on, of bool_env_false: off, else the switch's default (box/sglang_env.py)
+    bool_env_true: tuple[str, ...] = ()
+    bool_env_false: tuple[str, ...] = ()
 
     @property
     def has_pcie_ipc(self) -> bool:
@@ -114,7 +118,7 @@ class ServingFacts:
 
 
 SERVING_KEYS = {"fusion_on_flags": tuple, "fusion_off_flags": tuple, "pcie_ipc_env": str,
-                "pcie_ipc_max_numel_env": str}
+                "pcie_ipc_max_numel_env": str, "bool_env_true": tuple, "bool_env_false": tuple}
 
 
 @dataclass(frozen=True)
@@ -378,7 +382,8 @@ def _serving(path: Path, d: object) -> ServingFacts:
         v = d[key]
         if kind is tuple:
             if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-                raise _err(path, f"[serving] {key} = {_short(v)}: expected a list of server arguments (strings)")
+                what = "environment values" if key.startswith("bool_env") else "server arguments"
+                raise _err(path, f"[serving] {key} = {_short(v)}: expected a list of {what} (strings)")
             v = tuple(v)
         elif not isinstance(v, str) or (v and not re.fullmatch(r"[A-Z][A-Z0-9_]*", v)):
             raise _err(path, f"[serving] {key}: expected an environment variable name, got {v!r}")

@@ -58,11 +58,13 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from .. import procs
+from .. import envswitch, procs
 from ..errors import IntegrityError, UserError
 from ..httpclient import Limits
 from ..paths import cache_dir, os_reason, write_atomic
 from .bases import SHA256_RE, Artifact, file_name_problem, url_problem
+
+OFFLINE_ENV = "SGLANG_BLACKWELL_OFFLINE"  # on: never download (envswitch)
 
 CHUNK = 1 << 20
 Progress = Callable[[str], None]
@@ -162,8 +164,8 @@ def _cached(art: Artifact, cache: Path, dest: Path, progress: Progress | None) -
     else:
         why = (f"{where} pins {_pin_words(art)}, but {dest} has {now}, and no record says which of the two "
                "changed")
-    if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
-        raise IntegrityError(f"{why}; SGLANG_BLACKWELL_OFFLINE=1: not downloading it again; the cache entry was kept "
+    if envswitch.on(OFFLINE_ENV):
+        raise IntegrityError(f"{why}; {OFFLINE_ENV} is on: not downloading it again; the cache entry was kept "
                              f"(delete {dest} once the pin is right, then fetch online)")
     if progress:
         progress(f"cached {art.filename} is corrupt or not the pinned file ({why}); fetching it again")
@@ -312,8 +314,8 @@ def fetch(art: Artifact, cache: Path | None = None, progress: Progress | None = 
     hit = _cached(art, cache, dest, progress)
     if hit is not None:
         return hit
-    if os.environ.get("SGLANG_BLACKWELL_OFFLINE") == "1":
-        raise UserError(f"{art.filename}: not in the cache {cache} and SGLANG_BLACKWELL_OFFLINE=1")
+    if envswitch.on(OFFLINE_ENV):
+        raise UserError(f"{art.filename}: not in the cache {cache} and {OFFLINE_ENV} is on")
     requests = []
     by_name = _by_name(art)
     if by_name:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..box.topology import Topology
 from ..errors import UserError
+from ..limits import tp_problem
 from ..paths import repo_root
 
 STEPS = ("doctor", "gpu-tests", "allreduce", "eagle3")
@@ -189,6 +190,8 @@ def make_plan(a: argparse.Namespace, *, topology: Any = None) -> Plan:
         raise UserError(f"--skip {a.skip}: every step skipped, nothing to qualify")
     if a.tp is not None and a.tp < 1:
         raise UserError(f"--tp must be >= 1, got {a.tp}")
+    if a.tp is not None and (why := tp_problem(a.tp)) is not None:
+        raise UserError(f"--tp: {why} (limits.MAX_TP), got {a.tp}")
     if a.repeats is not None and a.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {a.repeats}")
     extra = {"gpu-tests": _split_args("--pytest-args", a.pytest_args, "gpu-tests"),

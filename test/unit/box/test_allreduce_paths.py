@@ -66,7 +66,7 @@ def test_nvlink_tp2_hopper_lab():
 def test_pcie_ipc_when_enabled():
     base = dict(tp=8, capability="12.0", all_p2p=True, multicast=False, sglang="0.5.23", has_pcie_ipc=True)
     off = plan(Facts(flashinfer="0.7.2", **base))
-    assert path_at(off, VERIFY)["path"] == "nccl" and "not set" in backend(off, "pcie_ipc")["why"]
+    assert path_at(off, VERIFY)["path"] == "nccl" and "unset (default off)" in backend(off, "pcie_ipc")["why"]
     on = plan(Facts(flashinfer="0.7.2", env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, **base))
     assert path_at(on, VERIFY)["path"] == "pcie_ipc"
     old_fi = plan(Facts(flashinfer="0.6.12", env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, **base))

@@ -379,10 +379,11 @@ def _stack_site(tmp_path: Path, sglang: str, flashinfer: str, fi_base: str) -> P
 
 @pytest.mark.network
 @pytest.mark.parametrize("stack,env,status,needle", [
-    (("0.5.23", "0.7.2", "0.5.23"), {}, "info", "available, off: export SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"),
+    (("0.5.23", "0.7.2", "0.5.23"), {}, "info",
+     "available, off (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE unset (default off)): export SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"),
     (("0.5.23", "0.7.2", "0.5.23"), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "ok", "on (SGLANG_ENABLE"),
     (("0.5.23", "0.6.12", "0.5.14"), {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "warn",
-     "is set but it cannot run: needs flashinfer >= 0.7.0"),
+     "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE='1' (on) but it cannot run: needs flashinfer >= 0.7.0"),
     (("0.5.14", "0.6.12", "0.5.14"), {}, "info", "not available: this sglang has no pcie_ipc_ar backend"),
 ])
 def test_pcie_ipc_item(tmp_path, monkeypatch, stack, env, status, needle):
@@ -458,7 +459,7 @@ def test_spec_verify_says_what_an_eagle3_server_does_at_long_context(tmp_path, m
     assert "first-use warm-up (P9) on" in on["detail"] and on["data"]["patches"] == ["P8", "P9"]
     monkeypatch.setenv("SGLANG_ENABLE_SPLITKV_VERIFY", "0")
     off = spec(patched, Topology.simulated(8, capability="12.0"))
-    assert off["status"] == "info" and "turned off by SGLANG_ENABLE_SPLITKV_VERIFY=0" in off["detail"]
+    assert off["status"] == "info" and "turned off by SGLANG_ENABLE_SPLITKV_VERIFY='0' (off)" in off["detail"]
     monkeypatch.delenv("SGLANG_ENABLE_SPLITKV_VERIFY")
     other = spec(patched, Topology.simulated(8, capability="10.0"))
     assert other["status"] == "info" and "off on capability 10.0" in other["detail"]

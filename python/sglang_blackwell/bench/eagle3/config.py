@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
+from ...limits import MAX_TP, tp_problem
 from ...tomlio import tomllib
 from .config_arms import ArmSpec, check_arm, no_harness_flags, parse_arms
 from .config_section import ConfigError, Section, read_text
@@ -122,6 +123,8 @@ def with_tp(cfg: BenchConfig, tp: int) -> BenchConfig:
     config's hash, so runs at different sizes never merge (`--from-runs`)."""
     if tp < 1:
         raise UserError(f"--tp: expected >= 1, got {tp}")
+    if (why := tp_problem(tp)) is not None:
+        raise UserError(f"--tp: {why} (limits.MAX_TP), got {tp}")
     if tp == cfg.server.tp:
         return cfg
     raw = copy.deepcopy(cfg.raw)
@@ -178,7 +181,7 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
     if not launcher:
         raise s.error("launcher", "must name a program, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
     server = ServerSpec(
-        tp=s.int_("tp", required=True), launcher=launcher, host=s.str_("host", "127.0.0.1"),
+        tp=s.int_("tp", required=True, max_=MAX_TP), launcher=launcher, host=s.str_("host", "127.0.0.1"),
         port=s.int_("port", 30000, min_=0, max_=65535), args=s.str_list("args"), env=s.env("env"),
         startup_timeout_s=s.num("startup_timeout_s", 600.0, min_=1.0),
         teardown_grace_s=s.num("teardown_grace_s", 20.0, min_=0.0),

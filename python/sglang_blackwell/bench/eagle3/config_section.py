@@ -10,6 +10,15 @@ from typing import Any
 
 from ...errors import UserError
 
+INT_MAX = 2**31 - 1  # an integer key without a limit of its own: beyond it, a typo (a 310-digit number)
+NUM_MAX = 1e9  # the same for a number (seconds, ratios): a timeout of 31 years, a ratio of a billion
+
+
+def shown(v: object) -> str:
+    """A value as an error shows it: at most 40 characters."""
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:24]}...({len(text)} characters)"
+
 
 class ConfigError(UserError):
     """A bad benchmark config: the message names the file and the key, in one line (a key or value with a line
@@ -77,20 +86,19 @@ class Section:
         return v
 
     def int_(self, key: str, default: int | None = None, *, required: bool = False, min_: int = 1,
-             max_: int | None = None) -> int:
+             max_: int = INT_MAX) -> int:
         v = self.get(key, default, required)
-        if isinstance(v, bool) or not isinstance(v, int) or v < min_ or (max_ is not None and v > max_):
-            want = f"from {min_} to {max_}" if max_ is not None else f">= {min_}"
-            raise self.error(key, f"expected an integer {want}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not min_ <= v <= max_:
+            raise self.error(key, f"expected an integer from {min_} to {max_}, got {shown(v)}")
         return v
 
     def num(self, key: str, default: float | None = None, *, required: bool = False,
-            min_: float = 0.0) -> float | None:
+            min_: float = 0.0, max_: float = NUM_MAX) -> float | None:
         v = self.get(key, default, required)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < min_:
-            raise self.error(key, f"expected a finite number >= {min_}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not min_ <= v <= max_:
+            raise self.error(key, f"expected a finite number from {min_:g} to {max_:g}, got {shown(v)}")
         return float(v)
 
     def str_list(self, key: str, default: list[str] | None = None, *,

@@ -4,9 +4,11 @@ concurrency, or per grid cell in grid mode), the fusion comparison, the accept-l
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...limits import CANONICAL_INT
 from .config_arms import ArmSpec, check_arm
 from .config_section import Section
 from .config_workload import WorkloadSpec
@@ -84,6 +86,7 @@ def _parse_min_ratio(v: Section, concurrency: tuple[int, ...]) -> dict[int, floa
         raise v.error("min_ratio", "expected a table of <concurrency> = <ratio>, "
                                    "e.g. min_ratio = { 1 = 1.3 }")
     out: dict[int, float] = {}
+    _distinct_int_keys(v, "min_ratio", raw, "concurrency")
     for k, r in raw.items():
         c = _int_key(v, f"min_ratio.{k}", k, "concurrency levels")
         if c not in concurrency:
@@ -100,10 +103,25 @@ def _ratio(v: Section, key: str, r: Any) -> float:
 
 
 def _int_key(sec: Section, key: str, k: str, what: str) -> int:
-    try:
-        return int(k)
-    except ValueError:
-        raise sec.error(key, f"keys are {what} (integers)") from None
+    """A table key that is an integer, written the one way (`16`, not `016`, `+16`, `1_6` or ` 16`)."""
+    if not CANONICAL_INT.fullmatch(k):
+        raise sec.error(key, f"keys are {what}, integers written in decimal without sign, leading zeros or '_' "
+                             f"(got {k!r})")
+    return int(k)
+
+
+def _distinct_int_keys(sec: Section, table: str, raw: dict[str, Any], what: str) -> None:
+    """Two keys of one table that are the same integer (`1` and `"01"`): refused naming both, whichever is
+    canonical (TOML keeps both, and a reader taking int(key) would let the later bar win unseen)."""
+    seen: dict[int, str] = {}
+    for k in raw:
+        t = k.strip().replace("_", "")
+        if not re.fullmatch(r"\+?[0-9]{1,20}", t):
+            continue
+        n = int(t)
+        if n in seen:
+            raise sec.error(table, f"keys {seen[n]!r} and {k!r} are the same {what} {n}: keep one")
+        seen[n] = k
 
 
 def _parse_grid_min_ratio(v: Section, w: WorkloadSpec) -> dict[int, dict[int, float]]:
@@ -113,6 +131,7 @@ def _parse_grid_min_ratio(v: Section, w: WorkloadSpec) -> dict[int, dict[int, fl
         raise v.error("min_ratio", "grid mode (workload.contexts): expected a table of <context> = { <concurrency> "
                                    "= <ratio> }, e.g. min_ratio = { 256 = { 1 = 1.35 } }")
     out: dict[int, dict[int, float]] = {}
+    _distinct_int_keys(v, "min_ratio", raw, "context")
     for k, per_c in raw.items():
         ctx = _int_key(v, f"min_ratio.{k}", k, "context lengths")
         if ctx not in w.contexts:
@@ -121,6 +140,7 @@ def _parse_grid_min_ratio(v: Section, w: WorkloadSpec) -> dict[int, dict[int, fl
             raise v.error(f"min_ratio.{k}", f"expected a table of <concurrency> = <ratio> (grid mode), "
                                             f"e.g. {k} = {{ 1 = 1.35 }}, got {per_c!r}")
         out[ctx] = {}
+        _distinct_int_keys(v, f"min_ratio.{k}", per_c, "concurrency")
         for ck, r in per_c.items():
             key = f"min_ratio.{k}.{ck}"
             c = _int_key(v, key, ck, "concurrency levels")

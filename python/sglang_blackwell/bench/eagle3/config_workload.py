@@ -9,9 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config_section import ConfigError, Section, read_text
+from ...limits import MAX_CELL_TOKENS, MAX_CONCURRENCY, MAX_CONTEXT_TOKENS, MAX_OUTPUT_TOKENS
+from .config_section import ConfigError, Section, read_text, shown
 
 APIS = ("completions", "chat", "generate")
+MAX_ROUNDS = 10_000  # requests each client sends back to back at one level
+MAX_REPEATS = 1_000  # launches per arm
+MAX_TOKEN_ID = 2**31 - 1  # beyond every vocabulary
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,10 @@ def _parse_contexts(w: Section) -> tuple[int, ...]:
     if got is None:
         return ()
     if (not isinstance(got, list) or not got
-            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in got)
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= MAX_CONTEXT_TOKENS for c in got)
             or len(set(got)) != len(got)):
-        raise w.error("contexts", f"expected a non-empty list of distinct integers >= 1 (prompt lengths in "
-                                  f"tokens), got {got!r}")
+        raise w.error("contexts", f"expected a non-empty list of distinct integers from 1 to {MAX_CONTEXT_TOKENS} "
+                                  f"(prompt lengths in tokens; limits.MAX_CONTEXT_TOKENS), got {shown(got)}")
     return tuple(sorted(got))
 
 
@@ -75,15 +79,16 @@ def parse_workload(path: Path, data: Any, tokenizer: str) -> WorkloadSpec:
                                 "stream = false is for api = \"generate\"")
     conc = w.get("concurrency", None, True)
     if (not isinstance(conc, list) or not conc
-            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc)
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= MAX_CONCURRENCY for c in conc)
             or len(set(conc)) != len(conc)):
-        raise w.error("concurrency", f"expected a non-empty list of distinct integers >= 1, got {conc!r}")
+        raise w.error("concurrency", f"expected a non-empty list of distinct integers from 1 to {MAX_CONCURRENCY} "
+                                     f"(limits.MAX_CONCURRENCY), got {shown(conc)}")
     tr = w.get("token_range", None, False)
     token_range = None
     if tr is not None:
         if (not isinstance(tr, list) or len(tr) != 2 or not all(isinstance(x, int) for x in tr)
-                or not 0 <= tr[0] < tr[1]):
-            raise w.error("token_range", f"expected [lo, hi) with 0 <= lo < hi, got {tr!r}")
+                or not 0 <= tr[0] < tr[1] <= MAX_TOKEN_ID + 1):
+            raise w.error("token_range", f"expected [lo, hi) with 0 <= lo < hi <= {MAX_TOKEN_ID + 1}, got {shown(tr)}")
         token_range = (tr[0], tr[1])
     contexts = _parse_contexts(w)
     if contexts:
@@ -113,11 +118,15 @@ def parse_workload(path: Path, data: Any, tokenizer: str) -> WorkloadSpec:
             raise w.error("prompt_template",
                           "applies to \"text\" prompts only; the prompt file has input_ids")
         prompts = tuple(Prompt(text=template.replace("{prompt}", p.text or "")) for p in prompts)
-    return WorkloadSpec(
-        api=api, prompts_path=prompts_path, prompts=prompts, output_len=w.int_("output_len", required=True, min_=2),
-        concurrency=tuple(conc), rounds=w.int_("rounds", 2), repeats=w.int_("repeats", 3),
-        warmup_output_len=w.int_("warmup_output_len", 16), stream=stream,
-        token_range=token_range)
+    return WorkloadSpec(api=api, prompts_path=prompts_path, prompts=prompts, concurrency=tuple(conc), stream=stream,
+                        token_range=token_range, **_sizes(w))
+
+
+def _sizes(w: Section) -> dict[str, int]:
+    """output_len, rounds, repeats, warmup_output_len: each in its range, the limit named."""
+    return {"output_len": w.int_("output_len", required=True, min_=2, max_=MAX_OUTPUT_TOKENS),
+            "rounds": w.int_("rounds", 2, max_=MAX_ROUNDS), "repeats": w.int_("repeats", 3, max_=MAX_REPEATS),
+            "warmup_output_len": w.int_("warmup_output_len", 16, max_=MAX_OUTPUT_TOKENS)}
 
 
 def _grid_workload(w: Section, api: str, conc: tuple[int, ...], stream: bool,
@@ -130,11 +139,15 @@ def _grid_workload(w: Section, api: str, conc: tuple[int, ...], stream: bool,
     if api == "chat":
         raise w.error("api", "grid mode (workload.contexts) sends token-id prompts: use \"completions\" (the "
                              "OpenAI completions API takes a list of token ids) or \"generate\", not \"chat\"")
-    return WorkloadSpec(
-        api=api, prompts_path=None, prompts=(), output_len=w.int_("output_len", required=True, min_=2),
-        concurrency=conc, rounds=w.int_("rounds", 2), repeats=w.int_("repeats", 3),
-        warmup_output_len=w.int_("warmup_output_len", 16), stream=stream, token_range=token_range,
-        contexts=contexts, prompt_seed=w.int_("prompt_seed", 0, min_=0))
+    sizes = _sizes(w)
+    rounds = sizes["rounds"]
+    if (held := contexts[-1] * max(conc) * rounds) > MAX_CELL_TOKENS:
+        raise w.error("contexts", f"the largest cell holds {held} prompt token ids (context {contexts[-1]} x "
+                                  f"concurrency {max(conc)} x rounds {rounds}), more than {MAX_CELL_TOKENS} "
+                                  "(limits.MAX_CELL_TOKENS)")
+    return WorkloadSpec(api=api, prompts_path=None, prompts=(), concurrency=conc, stream=stream,
+                        token_range=token_range, contexts=contexts, prompt_seed=w.int_("prompt_seed", 0, min_=0),
+                        **sizes)
 
 
 def load_prompts(path: Path, *, where: str, need_ids: bool,
@@ -163,8 +176,8 @@ def load_prompts(path: Path, *, where: str, need_ids: bool,
         else:
             ids = obj["input_ids"]
             if (not isinstance(ids, list) or not ids
-                    or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)):
-                raise ConfigError(f"{at}: \"input_ids\" must be a non-empty list of non-negative integers")
+                    or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_TOKEN_ID for i in ids)):
+                raise ConfigError(f"{at}: \"input_ids\" must be a non-empty list of integers from 0 to {MAX_TOKEN_ID}")
             if token_range is not None:
                 bad = [i for i in ids if not token_range[0] <= i < token_range[1]]
                 if bad:

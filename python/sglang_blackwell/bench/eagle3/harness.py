@@ -31,6 +31,7 @@ from typing import Any
 from ... import procs, receipts
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
+from ...limits import MAX_SECONDS
 from ...paths import output_problem, repo_root
 from . import launcher, preflight, prompts, transport
 from .arm_run import run_arm, server_env
@@ -71,8 +72,9 @@ def run(a: argparse.Namespace) -> int:
     arms = select_arms(cfg, a.arms)
     if a.repeats is not None and a.repeats < 1:
         raise UserError(f"--repeats: expected >= 1, got {a.repeats}")
-    if a.deadline_s is not None and not a.deadline_s > 0:
-        raise UserError(f"--deadline-s: expected a number of seconds > 0, got {a.deadline_s}")
+    if a.deadline_s is not None and not 0 < a.deadline_s <= MAX_SECONDS:
+        raise UserError(f"--deadline-s: expected a number of seconds > 0 and <= {MAX_SECONDS} (a week), got "
+                        f"{a.deadline_s}")
     limits = parse_limits(getattr(a, "request_timeouts", None))
     repeats = a.repeats or cfg.workload.repeats
     out_dir = Path(a.out) if a.out else _default_out()
@@ -140,7 +142,7 @@ def _limits_text(lim: transport.Limits) -> str:
 
 
 def parse_limits(text: str | None) -> transport.Limits:
-    """--request-timeouts FIRST,IDLE,TOTAL (seconds, each > 0, FIRST and IDLE <= TOTAL)."""
+    """--request-timeouts FIRST,IDLE,TOTAL (seconds, each > 0 and <= limits.MAX_SECONDS, FIRST and IDLE <= TOTAL)."""
     if text is None:
         return transport.Limits()
     parts = text.split(",")
@@ -148,9 +150,9 @@ def parse_limits(text: str | None) -> transport.Limits:
         vals = [float(x) for x in parts]
     except ValueError:
         vals = []
-    if len(vals) != 3 or not all(math.isfinite(v) and v > 0 for v in vals):
-        raise UserError(f"--request-timeouts {text}: expected FIRST,IDLE,TOTAL, three numbers of seconds > 0 "
-                        f"(default {_limits_text(transport.Limits())})")
+    if len(vals) != 3 or not all(math.isfinite(v) and 0 < v <= MAX_SECONDS for v in vals):
+        raise UserError(f"--request-timeouts {text}: expected FIRST,IDLE,TOTAL, three numbers of seconds > 0 and "
+                        f"<= {MAX_SECONDS} (a week) (default {_limits_text(transport.Limits())})")
     if max(vals[0], vals[1]) > vals[2]:
         raise UserError(f"--request-timeouts {text}: the first-byte and idle deadlines must not exceed the total")
     return transport.Limits(first_byte_s=vals[0], idle_s=vals[1], total_s=vals[2])

@@ -15,7 +15,7 @@ from typing import Any
 from ...errors import UserError
 from ...paths import marked_block, read_json, replace_marked_block, repo_root
 from ...receipts import validate_receipt
-from . import summary_keys
+from . import plausible, summary_keys
 
 KIND = "bench-eagle3"
 BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
@@ -106,15 +106,56 @@ def load_receipts(results: Path) -> list[tuple[Path, dict[str, Any]]]:
             probs.append(f"created {r.get('created')!r} is not a timestamp")
         if not probs:
             try:
-                _row(p, r, None)  # every value the table shows has the type it needs
-                if is_grid(r):
-                    grid_section(p, r, None)
-            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+                probs += shown_value_problems(r)
+                if not probs:
+                    _row(p, r, None)  # every value the table shows has the type it needs
+                    if is_grid(r):
+                        grid_section(p, r, None)
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:
                 probs.append(f"{type(e).__name__}: {e}")
         if probs:
             raise UserError(f"{p}: invalid receipt: {'; '.join(probs)}")
         out.append((p, r))
     return out
+
+
+# what each number the tables show must be (plausible.py): a README never shows nan, inf or a 310-digit number
+SHOWN: dict[str, plausible.Range] = {
+    summary_keys.TP: plausible.TP, summary_keys.SPEEDUP_C1: plausible.RATIO,
+    summary_keys.TOK_S_C1: plausible.RATE, summary_keys.BASELINE_TOK_S_C1: plausible.RATE,
+    summary_keys.TTFT_MS_P50: plausible.MS, summary_keys.TPOT_MS_P50: plausible.MS,
+    summary_keys.ITL_MS_P99: plausible.MS, summary_keys.ACCEPT_LEN: plausible.ACCEPT,
+    summary_keys.BREAK_EVEN_ACCEPT_LEN: plausible.RATIO, summary_keys.VERIFY_MS_FUSION_ON: plausible.MS,
+    summary_keys.VERIFY_MS_FUSION_OFF: plausible.MS}
+GRID_SHOWN: dict[str, plausible.Range] = {
+    "context": plausible.COUNT, "concurrency": plausible.COUNT, "median_ratio": plausible.RATIO,
+    "first_burst_ratio": plausible.RATIO, "accept_len": plausible.ACCEPT}
+
+
+def shown_value_problems(r: dict[str, Any]) -> list[str]:
+    """What the tables would show of this receipt that is not a plausible measurement (none: []): every number of
+    a row and of its grid cells (SHOWN, GRID_SHOWN), the verdict a boolean."""
+    s = r["summary"]
+    probs = [f"summary.{key} = {why}" for key, rng in SHOWN.items()
+             if (v := summary_value(r, key)) is not None and (why := plausible.problem(v, rng))]
+    if not isinstance(s.get(summary_keys.PASSED), bool):
+        probs.append(f"summary.{summary_keys.PASSED} = {plausible.shown(s.get(summary_keys.PASSED))} is not true "
+                     "or false")
+    grid = s.get(summary_keys.GRID)
+    for i, cell in enumerate(grid if isinstance(grid, list) else []):
+        if not isinstance(cell, dict):
+            probs.append(f"summary.{summary_keys.GRID}[{i}] is not an object")
+            continue
+        probs += [f"summary.{summary_keys.GRID}[{i}].{key} = {why}" for key, rng in GRID_SHOWN.items()
+                  if cell.get(key) is not None and (why := plausible.problem(cell[key], rng))]
+        if cell.get("passed") not in (True, False, None):
+            probs.append(f"summary.{summary_keys.GRID}[{i}].passed = {plausible.shown(cell['passed'])} is not true, "
+                         "false or null")
+    ctxs = s.get(summary_keys.CONTEXTS)
+    probs += [f"summary.{summary_keys.CONTEXTS}[{i}] = {why}" for i, c in enumerate(ctxs if isinstance(ctxs, list)
+                                                                                    else [])
+              if (why := plausible.problem(c, plausible.COUNT))]
+    return probs
 
 
 def _f(v: Any, nd: int = 2, suffix: str = "") -> str:

@@ -20,7 +20,7 @@ from . import grid, grid_verdict, launcher, plots
 from .config import BenchConfig
 from .config_verdict import VerdictSpec
 from .progress import Progress
-from .runs_file import claim_stem
+from .runs_file import claim_stem, run_problem
 from .verdict import aggregate, evaluate, summary
 
 KIND = "bench-eagle3"
@@ -68,6 +68,7 @@ MEASUREMENT = {
 
 def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]], *, repeats: int, mode: str,
                   interrupted: str | None = None, fatal: str | None = None) -> dict[str, Any]:
+    runs = [_measurement_checked(r, cfg) for r in runs]
     problems = [f"arm {r['arm']} repeat {r['repeat']}: {r['error'].splitlines()[0]}"
                 for r in runs if r.get("error")]
     per_arm = {a: sum(1 for r in runs if r["arm"] == a) for a in arms}
@@ -128,6 +129,15 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
         measurement={**MEASUREMENT, **(grid.MEASUREMENT if cfg.grid else {})},
         launchers=launcher.receipt_launchers(runs), runs=runs,
         complete=not short and not interrupted and not fatal, **extra)
+
+
+def _measurement_checked(run: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
+    """A run whose record is not what the verdict may read (a measurement that is not finite and plausible: a
+    server's NaN accept length, ...) is a failed run, saying why: the verdict never passes on it. --from-runs
+    refused such a record already (exit 2)."""
+    if run.get("error") or (why := run_problem(run, cfg)) is None:
+        return run
+    return {**run, "error": f"bad measurement: {why}"}
 
 
 def judged(cfg: BenchConfig, runs: list[dict[str, Any]], arms: list[str], v: VerdictSpec,

@@ -101,7 +101,11 @@ def read_runs(cfg: BenchConfig, paths: list[Path], warn: Progress | None = None)
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as e:
+            except RecursionError:
+                raise UserError(f"{p}:{n}: nested too deeply to be a run (not what the harness writes)") from None
+            except ValueError as e:  # not JSON, or an integer of more digits than Python converts
+                if not isinstance(e, json.JSONDecodeError):
+                    raise UserError(f"{p}:{n}: not a run the harness writes ({e})") from None
                 if n == len(lines) and not text.endswith("\n"):
                     whole = sum(1 for r in runs if r["source"].startswith(f"{p.name}:"))
                     (warn or printer())(
@@ -119,7 +123,9 @@ def read_runs(cfg: BenchConfig, paths: list[Path], warn: Progress | None = None)
                                 f"(config {obj.get('config')!r}, sha256 {theirs}... vs {cfg.sha256[:12]}...)")
             problem = run_problem(obj.get("run"), cfg)
             if problem:
-                raise UserError(f"{p}:{n}: run {problem}")
+                arm = obj["run"].get("arm") if isinstance(obj.get("run"), dict) else None
+                raise UserError(f"{p}:{n}: run" + (f" of arm {arm}" if isinstance(arm, str) and arm in cfg.arms
+                                                   else "") + f": {problem}")
             run = dict(obj["run"], source=f"{p.name}:{n}")
             run["profile"] = _valid_profile(run.get("profile"))
             run["repeat"] = sum(1 for r in runs if r["arm"] == run["arm"]) + 1  # 1..N over all files

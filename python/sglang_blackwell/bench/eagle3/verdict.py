@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import summary_keys
+from . import plausible, summary_keys
 from .config_verdict import METRICS, VerdictSpec
 from .stats import median
 
@@ -26,16 +26,20 @@ RULE = "worst speculative repeat >= min_ratio x best baseline repeat (output tok
 
 
 def is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite JSON number (not NaN, not Infinity, not an integer too large for a float, not a bool)."""
+    return plausible.as_float(v) is not None
 
 
 def metrics_problem(where: str, d: Any, keys: tuple[str, ...] = LEVEL_METRICS) -> str | None:
     """What is wrong with a recorded window's metrics (a level, a grid cell, a first burst) for the receipt that
-    reads them: not an object, or a metric there that is not a number; None: nothing."""
+    reads them: not an object, or a metric there that is not a plausible measurement (plausible.RANGES: finite,
+    a rate > 0, ...); None: nothing."""
     if not isinstance(d, dict):
         return f"{where} is not an object"
-    bad = [m for m in keys if d.get(m) is not None and not is_number(d[m])]
-    return f"{where}.{bad[0]} = {d[bad[0]]!r:.60} is not a number" if bad else None
+    for m in keys:
+        if d.get(m) is not None and (why := plausible.metric_problem(m, d[m])) is not None:
+            return f"{where}.{m} = {why}"
+    return None
 
 
 def spread(values: list[float]) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ... import procs
 from ...errors import UserError
-from ...paths import output_problem, repo_root
+from ...paths import output_problem, path_arg, repo_root
 from . import caches, machine, readme_block, receipt, source
 from .steps import DEFAULT, STEPS, Step, missing, parse_steps, run_step
 
@@ -31,18 +31,20 @@ MAKE_VARS = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")  # a make abov
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repo", help="the checkout to clone (default: the one this sglang-blackwell runs from); its "
-                                  "HEAD is measured")
+    p.add_argument("--repo", type=path_arg,
+                   help="the checkout to clone (default: the one this sglang-blackwell runs from); its HEAD is "
+                        "measured")
     p.add_argument("--steps", default=DEFAULT,
                    help=f"comma-separated, run in the README's order: {', '.join(s.name for s in STEPS)} "
                         f"(default: {DEFAULT}; image-test needs root, buildah and debootstrap)")
-    p.add_argument("--out", help="directory for the receipt (default: benchmark/results/ of this checkout)")
+    p.add_argument("--out", type=path_arg,
+                   help="directory for the receipt (default: benchmark/results/ of this checkout)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="measure HEAD although tracked files have uncommitted changes (the clone lacks them)")
     p.add_argument("--step-timeout-s", type=float, default=3600.0,
                    help="a step running longer is stopped and recorded as timed out (default: 3600)")
-    p.add_argument("--workdir", help="where the temporary clone goes (default: the system's temp folder; the "
-                                     "clone's .venv with the test stack takes a few GB)")
+    p.add_argument("--workdir", type=path_arg, help="where the temporary clone goes (default: the system's temp "
+                                                    "folder; the clone's .venv with the test stack takes a few GB)")
     p.add_argument("--keep", action="store_true", help="keep the clone and the steps' logs (the path is printed)")
 
 

@@ -124,7 +124,7 @@ def _broken(tmp_path: Path, old: str, new: str) -> Path:
 
 @pytest.mark.parametrize("old,new,expect", [
     ("tp = 2", "tpp = 2", "[server] tpp: unknown key"),
-    ("tp = 2", "tp = 0", "[server] tp: expected an integer >= 1"),
+    ("tp = 2", "tp = 0", "[server] tp: expected an integer from 1 to 1024"),
     ('target = "/fake/target"', "", "[model] target: missing (required)"),
     ("concurrency = [1, 2]", 'concurrency = "1"', "[workload] concurrency: expected a non-empty list"),
     ("output_len = 32", "output_len = 32\nouput_len = 3", "[workload] ouput_len: unknown key"),
@@ -206,7 +206,7 @@ def test_cli_reports_config_errors_with_exit_2(tmp_path: Path, capsys: pytest.Ca
     rc = main(["bench", "eagle3", "--config", str(p), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert f"{p}: [server] tp: expected an integer >= 1" in err
+    assert f"{p}: [server] tp: expected an integer from 1 to 1024" in err
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 

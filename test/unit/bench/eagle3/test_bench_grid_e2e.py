@@ -172,7 +172,8 @@ def test_from_runs_merges_single_arm_grid_runs(tmp_path: Path, capsys: pytest.Ca
     line["run"]["cells"]["16"]["1"]["first"]["tok_s"] = "fast"
     bad.write_text(json.dumps(line) + "\n")
     assert bench("--config", str(cfg), "--out", str(tmp_path / "x"), "--from-runs", str(bad)) == 2
-    assert "bad_runs.jsonl:1: run cells.16.1.first.tok_s = 'fast' is not a number" in capsys.readouterr().err
+    assert ("bad_runs.jsonl:1: run of arm baseline: cells.16.1.first.tok_s = 'fast' is not a finite number"
+            in capsys.readouterr().err)
     del line["run"]["cells"]
     bad.write_text(json.dumps(line) + "\n")
     assert bench("--config", str(cfg), "--out", str(tmp_path / "x"), "--from-runs", str(bad)) == 2

@@ -125,3 +125,16 @@ def test_receipts_from_before_the_openai_client_fill_the_new_columns_from_their_
         assert cells[3:6] == [f"sglang {r['versions']['sglang']}", "generate", f"{r['summary']['speedup_c1']:.2f}x"]
         assert cells[6:10] == [f"{spec['tok_s']['median']:.1f} ({base['tok_s']['median']:.1f})",
                                f"{spec['ttft_ms']['median']:.1f}", f"{spec['tpot_ms']['median']:.2f}", "-"]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0, -800.0])
+def test_a_live_run_with_a_bad_measurement_fails_the_verdict_naming_it(cfg, bad: float) -> None:
+    """A measurement the harness took that is not finite and plausible (a server's NaN, a zero window) makes its
+    run a failed one: the verdict FAILs naming the arm, repeat, level and field, and never divides by it."""
+    runs = runs_for([800, 820])
+    runs[1]["levels"]["1"] = {**runs[1]["levels"]["1"], "tok_s": bad}  # eagle3, repeat 1
+    r = build_receipt(cfg, ["baseline", "eagle3", "eagle3+fusion"], runs, repeats=2, mode="launch")
+    assert r["summary"]["passed"] is False
+    assert any(x.startswith("arm eagle3 repeat 1: bad measurement: levels.1.tok_s = ")
+               for x in r["verdict"]["reasons"]), r["verdict"]["reasons"]
+    assert r["aggregate"]["eagle3"]["levels"]["1"]["tok_s"]["values"] == [820.0]  # the good repeat only
