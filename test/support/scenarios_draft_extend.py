@@ -31,6 +31,7 @@ from support.scenarios_verify import (
     _first_module,
     _ratio,
     _simulate_arch,
+    error_bound,  # its rule (the drafts' caches are bf16: reference() gives no fp8 terms)
     verify_module,
 )
 
@@ -110,17 +111,6 @@ def reference(x: dict) -> tuple[Any, Any]:
         e_qk = x["d"] * U_FP32 * torch.where(vis, abs_qk, torch.zeros(())).amax(-1)
         bounds.append(((U_BF16 + 2 * e_qk) * vmax_row, vmax_row))
     return torch.cat(outs), bounds
-
-
-def error_bound(bounds: list, ref, partials_bf16: bool):
-    """scenarios_verify.error_bound's rule for a bf16 KV cache (the drafts' caches are bf16: no fp8 terms);
-    partials stored as bf16 in upstream's verify_mla."""
-    import torch
-
-    per_row = torch.cat([b for b, _ in bounds])
-    vmax = torch.cat([v for _, v in bounds])
-    extra = (U_BF16 * vmax) if partials_bf16 else 0.0
-    return (per_row + extra)[..., None] + U_BF16 * ref.abs() * (1 + U_BF16) + 4 * U_FP32 * vmax[..., None]
 
 
 def kernel_cases(cases: list[dict] | None = None) -> dict:
