@@ -113,7 +113,7 @@ def _try_routes(client, routes: list[tuple[str, str]], headers: dict) -> dict:
 def _brief(outcome: dict) -> dict:
     if outcome["at"] == "http":
         return {"at": "http", "status": outcome["status"], "body": outcome["body"][:300]}
-    return {"at": outcome["at"]}
+    return {"at": outcome["at"], **({"got": outcome["got"]} if "got" in outcome else {})}
 
 
 def decisions() -> dict:
