@@ -104,6 +104,17 @@ def mask_keys(argv: list[str]) -> list[str]:
     return out
 
 
+def _flag_value(tokens: list[tuple[str, str]], i: int, what: str) -> tuple[str, str, int]:
+    """The value of the flag at tokens[i] (`--flag=value`, or `--flag value`): (value, as written, the index of
+    its last token)."""
+    tok, where = tokens[i]
+    if "=" in tok:
+        return tok.split("=", 1)[1], tok, i
+    if i + 1 < len(tokens) and not _is_flag(tokens[i + 1][0]):
+        return tokens[i + 1][0], f"{tok} {tokens[i + 1][0]}", i + 1
+    raise UserError(f"{where or tok}: expected {what} after {tok}")
+
+
 def _is_flag(token: str) -> bool:
     return token.startswith("-") and token != "-" and not NEGATIVE_NUMBER.match(token)
 
@@ -137,25 +148,11 @@ def read(args: list[str]) -> SglangArgv:
         if tok == "--":
             break
         if access_flag(tok):
-            if "=" in tok:
-                value, shown = tok.split("=", 1)[1], tok
-            elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1][0]):
-                value = tokens[i + 1][0]
-                shown = f"{tok} {value}"
-                i += 1
-            else:
-                raise UserError(f"{where or tok}: expected a value after {tok}")
+            value, shown, i = _flag_value(tokens, i, "a value")
             access[access_flag(tok)] = (value, shown + (f" in {config}" if where else ""))
         flag = tp_flag(tok)
         if flag:
-            if "=" in tok:
-                value, shown = tok.split("=", 1)[1], tok
-            elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1][0]):
-                value = tokens[i + 1][0]
-                shown = f"{tok} {value}"
-                i += 1
-            else:
-                raise UserError(f"{where or tok}: expected the tensor-parallel size after {tok}")
+            value, shown, i = _flag_value(tokens, i, "the tensor-parallel size")
             try:
                 tp = int(value)
             except ValueError:  # not an integer, or one of more digits than Python converts

@@ -157,25 +157,13 @@ print(json.dumps(out))
 """
 
 
-def test_host_and_keys_are_the_ones_sglangs_own_parser_reads(tmp_path):
+def test_host_and_keys_are_the_ones_sglangs_own_parser_reads(sglang_0523_tree):
     """sglang 0.5.23's own argparse (its pinned wheel, on CPU) reads the same host and keys from each line."""
-    import zipfile
-
-    from sglang_blackwell.patchset.bases import get_base
-    from sglang_blackwell.patchset.fetch import fetch
-
-    art = get_base("0.5.23").package("sglang").files_for(None)[0]
-    try:
-        whl = fetch(art)
-    except Exception as e:  # no network in this run
-        pytest.skip(f"cannot fetch {art.filename}: {e}")
-    with zipfile.ZipFile(whl) as z:
-        z.extractall(tmp_path / "tree", [n for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py")])
     m = ["--model-path", "m"]
     cases = [m, [*m, "--host", "0.0.0.0"], [*m, "--ho", "::", "--ap", "k"], [*m, "--hos=1.2.3.4", "--ad=a"],
              [*m, "--host", "0.0.0.0", "--host", "localhost"], [*m, "--api-key", "", "--admin-api-key", "x"],
              [*m, "--api-key=k", "--api-key="]]
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "tree"), "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "PYTHONPATH": str(sglang_0523_tree), "CUDA_VISIBLE_DEVICES": ""}
     r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(cases)], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -231,22 +231,11 @@ print(json.dumps(out))
 """
 
 
-def test_the_tp_size_is_the_one_sglangs_own_parser_reads(table, tmp_path):
+def test_the_tp_size_is_the_one_sglangs_own_parser_reads(table, tmp_path, sglang_0523_tree):
     """sglang 0.5.23's own argparse and config merger (its pinned wheel, run on CPU: 0.5.9 and 0.5.14 import
     torchvision at this point) read the same TP size from each command line, and refuse what serve refuses."""
-    import zipfile
-
     from sglang_blackwell.errors import UserError
-    from sglang_blackwell.patchset.bases import get_base
-    from sglang_blackwell.patchset.fetch import fetch
 
-    art = get_base("0.5.23").package("sglang").files_for(None)[0]
-    try:
-        whl = fetch(art)
-    except Exception as e:  # no network in this run
-        pytest.skip(f"cannot fetch {art.filename}: {e}")
-    with zipfile.ZipFile(whl) as z:
-        z.extractall(tmp_path / "tree", [n for n in z.namelist() if n.startswith("sglang/") and n.endswith(".py")])
     (tmp_path / "a.yaml").write_text("tp-size: 8\n")
     (tmp_path / "b.yaml").write_text("tp: 4\ntensor-parallel-size: 2\n")
     (tmp_path / "c.yaml").write_text("tp-size: eight\n")
@@ -257,7 +246,7 @@ def test_the_tp_size_is_the_one_sglangs_own_parser_reads(table, tmp_path):
              [*m, "--config", str(tmp_path / "b.yaml"), "--tp", "8"], [*m, "--tp", "abc"], [*m, "--tp"],
              [*m, "--tp", "--trust-remote-code"], [*m, "--config", str(tmp_path / "c.yaml")],
              [*m, "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml")]]
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "tree"), "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "PYTHONPATH": str(sglang_0523_tree), "CUDA_VISIBLE_DEVICES": ""}
     r = subprocess.run([sys.executable, "-c", SGLANG_PARSE, json.dumps(cases)], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
