@@ -35,6 +35,10 @@ from sglang_blackwell.box import nvidia_smi  # noqa: E402
 from support import scenarios_draft_extend as drafts  # noqa: E402
 from support.scenarios_verify import _args, make_inputs  # noqa: E402
 
+# (BLOCK_H, BLOCK_N, num_warps, num_stages): the tuning that chose the default at 32k (2026-12-01). num_stages 2
+# is not among them: the KV loads go through kv_indices, which Triton's pipeliner leaves alone (compiled for sm_90a
+# and sm_120a, a tile's shared memory is the same at 1 and 2 stages). (8, 32, 8, 1) spills (255 registers, a 64-byte
+# stack on sm_120a): it asks what reading the latent KV once, not once per head block, would gain.
 TILES = [(4, 32, 8, 1), (4, 16, 8, 1), (8, 32, 8, 1), (4, 32, 16, 1), (4, 64, 8, 1)]
 
 
@@ -90,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="target: target-verify at --heads (P8); gqa / mla: the lab drafts' draft-extend (P11)")
     ap.add_argument("--no-tiles", action="store_true", help="skip the tile sweep")
     ap.add_argument("--splits", type=int, nargs="*", default=[],
-                    help="also time the target shape at the largest context, bs 1, with these caps on the split "
-                         "count (verify_shared_kv.MAX_SPLITS; the default tile): where P8 stops scaling")
+                    help="time the tile sweep (target shape, largest context, bs 1) at each of these caps on the "
+                         "split count (verify_shared_kv.MAX_SPLITS; default: the kernel's own); with --no-tiles, "
+                         "the default tile at each cap: where P8 stops scaling")
     a = ap.parse_args(argv)
     from sglang.srt.layers.attention.triton_ops import verify_shared_kv as ours
     from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
@@ -124,34 +129,26 @@ def main(argv: list[str] | None = None) -> int:
     x = make_inputs({"bs": bs, "h": a.heads, "draft": 3, "prefix": [ctx], "kv": "bf16"})
     x = {k: (v.cuda() if hasattr(v, "cuda") else v) for k, v in x.items()}
     out = torch.zeros(3, a.heads, 512, dtype=torch.bfloat16, device="cuda")
-    default_plan = ours.plan_launch
-    for tile in TILES:
+    default_plan, default_max = ours.plan_launch, ours.MAX_SPLITS
+    # every tile at every split cap (a runtime argument: one compile a tile); --splits alone: the default tile
+    for tile, cap_splits in ((t, c) for t in (TILES or [None]) for c in (a.splits or [default_max])):
+        if tile is None and not a.splits:
+            break
+        entry = {"tile": list(tile) if tile else None, "max_splits": cap_splits, "context": ctx, "batch": bs}
         try:
-            ours.plan_launch = lambda *p, _t=tile, **k: default_plan(*p, **{**k, "tile": _t})
-            ours._SCRATCH.clear()
-            us = _graph_us(lambda: ours.verify_shared_kv_fwd(*_args(x, out), max_bs=1), a.calls, a.reps, a.warmup)
-            tiles.append({"tile": list(tile), "context": ctx, "batch": bs, "us": round(us, 2)})
-        except Exception as e:
-            tiles.append({"tile": list(tile), "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
-        finally:
-            ours.plan_launch = default_plan
-            ours._SCRATCH.clear()
-        print(json.dumps(tiles[-1]), flush=True)
-    splits = []
-    default_max = ours.MAX_SPLITS
-    for cap_splits in a.splits:
-        try:
+            if tile is not None:
+                ours.plan_launch = lambda *p, _t=tile, **k: default_plan(*p, **{**k, "tile": _t})
             ours.MAX_SPLITS = cap_splits
             ours._SCRATCH.clear()
             us = _graph_us(lambda: ours.verify_shared_kv_fwd(*_args(x, out), max_bs=1), a.calls, a.reps, a.warmup)
-            splits.append({"max_splits": cap_splits, "context": ctx, "batch": bs, "us": round(us, 2),
-                           "GBps": round(ctx * 576 * 2 / us / 1e3, 1)})
+            entry.update(us=round(us, 2), GBps=round(ctx * 576 * 2 / us / 1e3, 1))
         except Exception as e:
-            splits.append({"max_splits": cap_splits, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+            entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         finally:
-            ours.MAX_SPLITS = default_max
+            ours.plan_launch, ours.MAX_SPLITS = default_plan, default_max
             ours._SCRATCH.clear()
-        print(json.dumps(splits[-1]), flush=True)
+        tiles.append(entry)
+        print(json.dumps(entry), flush=True)
     cap = torch.cuda.get_device_capability()
     chosen = ours.plan_launch(a.heads, 1, 576, 512, 3, cap, v_is_k=True)
     summary = {"heads": a.heads, "draft_tokens": 3, "kv": "bf16", "layers": a.layers,
@@ -163,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                 chosen.num_stages],
                "wall_s": round(time.monotonic() - t0, 1)}
     r = receipts.make_receipt("verify-kernel-bench", summary, machine=nvidia_smi.machine(), rows=rows,
-                              tiles=tiles, splits=splits, errors=errors,
+                              tiles=tiles, errors=errors,
                               method={"timing": __doc__.strip().splitlines()[-3:], "calls": a.calls,
                                       "reps": a.reps, "warmup": a.warmup})
     a.out.mkdir(parents=True, exist_ok=True)
