@@ -214,16 +214,19 @@ def grid_cell(row: dict[str, Any]) -> str:
     return text + (" **FAIL**" if row.get("passed") is False else "")
 
 
-def grid_section(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
-    """One grid receipt: a line naming it (with links to it and its heatmap) and its context x concurrency table."""
+def grid_section(p: Path, r: dict[str, Any], link_base: Path | None, arm: str | None = None) -> str:
+    """One grid receipt's section for one speculative arm (default: the one it judges first): a line naming the
+    receipt (with links to it and its heatmap) and the arm's context x concurrency table, from the verdict's
+    table."""
     s = r["summary"]
     link = os.path.relpath(p, link_base) if link_base else p.name
     heat = p.with_name(p.stem + "_grid.png")
     links = f"[{p.name}]({link})" + (f", [heatmap]({os.path.relpath(heat, link_base) if link_base else heat.name})"
                                      if heat.name in (r.get("plots") or []) else "")
-    arm = judged_arm(r)
+    arm = arm or judged_arm(r)
     conc = [int(c) for c in r["workload"]["concurrency"]]
-    by = {(int(t["context"]), int(t["concurrency"])): t for t in s[summary_keys.GRID]}
+    rows = [t for t in (r.get("verdict") or {}).get("table") or [] if t.get("arm") == arm] or s[summary_keys.GRID]
+    by = {(int(t["context"]), int(t["concurrency"])): t for t in rows}
     verdict = "pass" if s.get(summary_keys.PASSED) else "FAIL"
     lines = [f"**{s.get(summary_keys.CONFIG)}**: {s.get(summary_keys.MACHINE)}, TP {s.get(summary_keys.TP)}, "
              f"{server_label(r)}, {arm} / baseline (warm, first burst), verdict {verdict}, {r['created'][:10]}: "
@@ -235,29 +238,42 @@ def grid_section(p: Path, r: dict[str, Any], link_base: Path | None) -> str:
     return "\n".join(lines)
 
 
+def _verdict_arms(r: dict[str, Any]) -> list[str]:
+    return list(((r.get("config") or {}).get("content") or {}).get("verdict", {}).get("speculative", []))
+
+
+def table_arms(r: dict[str, Any]) -> list[str]:
+    """The speculative arms the receipt's verdict table holds: the config's verdict arms first, in its order,
+    then any other (one judged instead, --arms)."""
+    seen = list(dict.fromkeys(str(t["arm"]) for t in (r.get("verdict") or {}).get("table") or [] if t.get("arm")))
+    return [a for a in _verdict_arms(r) if a in seen] + [a for a in seen if a not in _verdict_arms(r)]
+
+
 def judged_arm(r: dict[str, Any]) -> str:
-    """The speculative arm the receipt's grid judges: the verdict's, or the one judged instead (--arms)."""
-    rows = (r.get("verdict") or {}).get("table") or []
-    if rows and rows[0].get("arm"):
-        return str(rows[0]["arm"])
-    return ((r.get("config") or {}).get("content") or {}).get("verdict", {}).get("speculative", ["EAGLE-3"])[0]
+    """The speculative arm the receipt's summary grid judges: the config's first verdict arm it measured, or the
+    one judged instead (--arms)."""
+    arms = table_arms(r)
+    if arms:
+        return arms[0]
+    return (_verdict_arms(r) or ["EAGLE-3"])[0]
 
 
 def grid_markdown(receipts: list[tuple[Path, dict[str, Any]]], *, link_base: Path | None = None) -> str:
-    """The grid block: the newest grid receipt per config, machine and judged arm (a receipt of the same runs
-    judging another arm, e.g. with a patch off, is a section of its own), newest first."""
+    """The grid block: the newest grid receipt per config, machine and arm, a section for every speculative arm
+    its verdict table holds (both drafts of one receipt side by side; a receipt of the same runs judging another
+    arm, e.g. with a patch off, is a section of its own), the configs' verdict arms first, newest first."""
     seen, kept = set(), []
     for p, r in sorted([pr for pr in receipts if is_grid(pr[1])], key=lambda pr: pr[1]["created"], reverse=True):
-        key = (r["summary"].get(summary_keys.CONFIG), r["summary"].get(summary_keys.MACHINE), _engine(r),
-               judged_arm(r))
-        if key not in seen:
-            seen.add(key)
-            kept.append((p, r))
-    def verdict_arm_first(pr: tuple[Path, dict[str, Any]]) -> bool:
-        content = (pr[1].get("config") or {}).get("content") or {}
-        return judged_arm(pr[1]) not in (content.get("verdict") or {}).get("speculative", [])
+        for arm in table_arms(r) or [judged_arm(r)]:
+            key = (r["summary"].get(summary_keys.CONFIG), r["summary"].get(summary_keys.MACHINE), _engine(r), arm)
+            if key not in seen:
+                seen.add(key)
+                kept.append((p, r, arm))
 
-    sections = [grid_section(p, r, link_base) for p, r in sorted(kept, key=verdict_arm_first)]
+    def verdict_arm_first(pra: tuple[Path, dict[str, Any], str]) -> bool:
+        return pra[2] not in _verdict_arms(pra[1])
+
+    sections = [grid_section(p, r, link_base, arm) for p, r, arm in sorted(kept, key=verdict_arm_first)]
     return "\n\n".join(sections) if sections else "(no grid receipts yet)"
 
 

@@ -341,6 +341,27 @@ def test_grid_block_has_a_section_per_judged_arm_the_verdicts_first(grid_cfg, tm
     assert len(heads) == 2 and "eagle3 / baseline" in heads[0] and "eagle3-patch-off / baseline" in heads[1]
 
 
+def test_grid_block_shows_every_speculative_arm_of_a_receipt(grid_cfg, tmp_path: Path) -> None:
+    """A receipt judging two speculative arms (both drafts, GQA and MLA): a section for each, named by its arm and
+    holding that arm's own cells, in the config's verdict order; the summary's arm (the first) is the one named
+    first. A section must never carry one arm's name over another's numbers."""
+    import copy
+
+    from sglang_blackwell.bench.eagle3.readme_table import judged_arm
+
+    r = build_receipt(grid_cfg, ["baseline", "eagle3"], _runs(), repeats=1, mode="launch")
+    mla = [{**copy.deepcopy(t), "arm": "eagle3-mla", "median_ratio": 1.99} for t in r["verdict"]["table"]]
+    r["verdict"]["table"] += mla
+    r["config"]["content"]["verdict"]["speculative"] = ["eagle3-mla", "eagle3"]
+    write_receipt(r, tmp_path / "results" / "bench-eagle3_fakegrid_two.json")
+    assert judged_arm(r) == "eagle3-mla"
+    block = grid_markdown(load_receipts(tmp_path / "results"))
+    sections = block.split("\n\n**")
+    assert len(sections) == 2 and "eagle3-mla / baseline" in sections[0] and "eagle3 / baseline" in sections[1]
+    assert "1.99x" in sections[0] and "1.99x" not in sections[1]
+    assert "| 16 | 1.45x (first" in sections[1] and "| 16 | 1.45x (first" not in sections[0]
+
+
 def test_decode_metric_judges_the_decode_rate_not_the_prefill_bound_window(tmp_path: Path) -> None:
     """[verdict] metric = "decode_tok_s": a long-context cell whose window is mostly prefill (tok/s nearly equal)
     passes on the decode rate (c x 1000 / TPOT p50) and fails when the TPOTs are close; the default metric keeps
