@@ -171,6 +171,11 @@ def _tell(line: str) -> None:
     with _lock:
         for _ in range(2):
             if _pipe.get("pid") != os.getpid():
+                if "pid" in _pipe:  # a fork of ours: the sessions told are its parent's, and so is the pipe
+                    _told.intersection_update({int(line[1:])} if line.startswith("+") else set())
+                    with contextlib.suppress(OSError):
+                        os.close(_pipe["fd"])
+                    _pipe.clear()
                 if not _spawn_watcher():
                     return
                 line = "".join(f"+{sid}\n" for sid in sorted(_told))  # a new watcher hears all we own
