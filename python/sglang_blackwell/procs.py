@@ -1,10 +1,23 @@
 """Process sessions: start a command in a session of its own, signal its whole group, stop it for good, and say
-which processes are still alive. Used by the benchmark's servers, qualify's steps, and the build and bundle
-temp-directory sweeps (a temp directory whose owner is dead is stale).
+which processes are still alive. Every process sglang-blackwell starts goes through here (`start` for the long
+ones this code steers, `run` in place of subprocess.run), so that none outlives us, SIGKILL included (the
+watcher, below). Used too by the temp-directory sweeps (leftovers.py: a temp name whose owner is dead is stale).
 
 A session's id is its leader's pid (`start_new_session=True`), and every process it starts inherits it, so the
 session id finds stragglers that left the process group. Liveness is read from /proc where there is one (a zombie
 is not alive); elsewhere `os.kill(pid, 0)` is all we have.
+
+The watcher. A session we start is told to a small process of ours (one per sglang-blackwell process, started
+with the first session, in a session of its own so a signal to our group does not take it too) through a pipe
+whose write end only we hold. When we end, however we end, the kernel closes that end; the watcher reads EOF,
+freezes (SIGSTOP) every process of the sessions still told to it and every process they started (by parent pid,
+so a grandchild that made a session of its own, pip's build backends, a step's pytest's servers, goes too), then
+SIGKILLs them all. Why not PR_SET_PDEATHSIG (prctl in the child's preexec_fn): it fires when the *thread* that
+forked the child exits, not the process (a session started from a worker thread would be killed when that thread
+ends, though we run on), it reaches only the direct child (pip's own child and a session's other members would
+live on), it is cleared when the child execs a set-user-ID program, and preexec_fn is not safe in a process with
+threads. The watcher forgets a session once nothing of it is alive (told `-sid`, or seen so in /proc every
+second): a pid is reused (pid_max may be 32768), and a session id we no longer own must never be signalled.
 """
 
 from __future__ import annotations
@@ -13,6 +26,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -61,11 +75,199 @@ def session_members(sid: int) -> list[int]:
     return sorted(out)
 
 
+# The watcher's program (python -I -S -c: no module of ours, nor of the environment's path, is imported; nothing
+# but the standard library's os, select, signal, sys and time). argv: the pipe's read end, our pid.
+WATCHER = r"""# sglang-blackwell's watcher (procs.py): when pid argv[2] ends, SIGKILL the sessions it started
+import os, select, signal, sys, time
+rfd, parent = int(sys.argv[1]), int(sys.argv[2])
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, signal.SIG_IGN)
+
+
+def table():
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/" + name + "/stat", "rb") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            f = st[st.rfind(b")") + 2:].split()
+            out[int(name)] = (f[0] not in (b"Z", b"X"), int(f[1]), int(f[2]), int(f[3]))
+    return out
+
+
+def members(tab, sids):
+    found = {p for p, (live, _, pg, se) in tab.items() if live and (pg in sids or se in sids)}
+    kids = {}
+    for p, (live, pp, _, _) in tab.items():
+        if live:
+            kids.setdefault(pp, []).append(p)
+    todo = list(found)
+    while todo:
+        for c in kids.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    found.discard(os.getpid())
+    return found
+
+
+def end(sids):
+    stopped = set()
+    for _ in range(100):
+        new = members(table(), sids) - stopped
+        if not new:
+            break
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except OSError:
+                pass
+        stopped |= new
+    for p in stopped:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    for s in sids:
+        try:
+            os.killpg(s, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+watched, buf, gone, pruned = set(), b"", False, time.monotonic()
+while not gone:
+    ready = select.select([rfd], [], [], 1.0)[0]
+    if ready:
+        data = os.read(rfd, 65536)
+        gone = not data
+        buf += data
+        *lines, buf = buf.split(b"\n")
+        for ln in lines:
+            if ln[:1] == b"+":
+                watched.add(int(ln[1:]))
+            elif ln[:1] == b"-":
+                watched.discard(int(ln[1:]))
+    gone = gone or os.getppid() != parent
+    if watched and not gone and time.monotonic() - pruned >= 1.0:
+        live = {x for live, _, pg, se in table().values() if live for x in (pg, se)}
+        watched &= live
+        pruned = time.monotonic()
+if watched:
+    end(watched)
+"""
+
+_lock = threading.Lock()
+_pipe: dict[str, Any] = {}  # "fd": the write end, "pid": the process holding it (a fork child needs its own), "proc"
+_told: set[int] = set()  # the sessions told to the watcher and not yet taken back
+
+
+def _tell(line: str) -> None:
+    """One line to the watcher, started first if this process has none (or its watcher is gone); silently nothing
+    where no watcher can run (no /proc, no interpreter to start it with)."""
+    with _lock:
+        for _ in range(2):
+            if _pipe.get("pid") != os.getpid():
+                if "pid" in _pipe:  # a fork of ours: the sessions told are its parent's, and so is the pipe
+                    _told.intersection_update({int(line[1:])} if line.startswith("+") else set())
+                    with contextlib.suppress(OSError):
+                        os.close(_pipe["fd"])
+                    _pipe.clear()
+                if not _spawn_watcher():
+                    return
+                line = "".join(f"+{sid}\n" for sid in sorted(_told))  # a new watcher hears all we own
+            try:
+                os.write(_pipe["fd"], line.encode())
+                return
+            except OSError:  # the watcher died (killed by hand): start another
+                _pipe.clear()
+
+
+def _spawn_watcher() -> bool:
+    if not has_proc() or not sys.executable:
+        return False
+    rfd, wfd = os.pipe()  # both close on exec: only the watcher gets rfd (pass_fds), only we keep wfd
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHER, str(rfd), str(os.getpid())],
+                                pass_fds=(rfd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd="/", start_new_session=True)
+    except OSError:
+        os.close(wfd)
+        return False
+    finally:
+        os.close(rfd)
+    _pipe.update(fd=wfd, pid=os.getpid(), proc=proc)  # held: a collected Popen of a live child warns
+    return True
+
+
+def watch(sid: int) -> None:
+    """Session `sid` ends when we end (the watcher SIGKILLs what is left of it and everything it started)."""
+    with _lock:
+        _told.add(sid)
+    _tell(f"+{sid}\n")
+
+
+def unwatch(sid: int) -> None:
+    """Session `sid` is over (nothing of it alive): its id may be reused and must not be signalled for us."""
+    with _lock:
+        if sid not in _told:
+            return
+        _told.discard(sid)
+    _tell(f"-{sid}\n")
+
+
 def start(cmd: list[str], *, env: dict[str, str], cwd: Path | None = None, stdout: Any,
           **popen_kw: Any) -> subprocess.Popen:
-    """`cmd` as the leader of a new session: stdin closed, stderr joined to stdout. OSError if it cannot start."""
-    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT,
+    """`cmd` as the leader of a new session, watched (it ends when we end): stdin closed, stderr joined to stdout.
+    OSError if it cannot start."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True, **popen_kw)
+    watch(proc.pid)
+    return proc
+
+
+def run(cmd: list[str], *, timeout: float | None = None, input: str | bytes | None = None,
+        capture_output: bool = False, grace_s: float = 5.0, **popen_kw: Any) -> subprocess.CompletedProcess:
+    """subprocess.run (same arguments, same TimeoutExpired and OSError), but `cmd` leads a session of its own that
+    ends with us (watched), and nothing of it outlives the call when it does not end well: past `timeout` its whole
+    session is SIGKILLed (subprocess.run kills the one child, and then waits for any grandchild holding its pipes);
+    on Ctrl-C or SIGTERM (procs.Interrupted) the session is sent SIGINT or SIGTERM (it is not in the terminal's
+    group any more, so it would not get Ctrl-C's itself), SIGKILLed after `grace_s`, and the exception goes on."""
+    if capture_output:
+        popen_kw["stdout"] = popen_kw["stderr"] = subprocess.PIPE
+    if input is not None:
+        popen_kw["stdin"] = subprocess.PIPE
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kw)
+    watch(proc.pid)
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        signal_group(proc.pid, signal.SIGKILL)
+        kill_leftovers(proc.pid)
+        out, err = _drain(proc)
+        raise subprocess.TimeoutExpired(proc.args, timeout or 0.0, output=out, stderr=err) from None
+    except BaseException as e:
+        stop(proc, grace_s, first=signal.SIGTERM if isinstance(e, Interrupted) else signal.SIGINT)
+        raise
+    finally:
+        if not running(proc):
+            unwatch(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _drain(proc: subprocess.Popen) -> tuple[Any, Any]:
+    """What a killed process wrote, bounded: a process outside its session may still hold its pipes."""
+    try:
+        return proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+        proc.wait()
+        return None, None
 
 
 def signal_group(pgid: int, sig: int) -> bool:
@@ -125,6 +327,8 @@ def stop(proc: subprocess.Popen, grace_s: float, *, first: int = signal.SIGTERM,
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
     left = session_members(sid) if has_proc() else ([sid] if proc.poll() is None else [])
+    if not left:
+        unwatch(sid)
     report["left"] = left
     report["group_gone"] = not left
     report["teardown_s"] = round(time.monotonic() - t0, 2)

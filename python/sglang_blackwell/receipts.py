@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import procs
 from .paths import write_atomic
 
 SCHEMA = "sglang-blackwell/receipt/1"
@@ -36,14 +37,14 @@ def _dist_version(name: str) -> str | None:
 
 def git_commit(cwd: Path | None = None) -> str | None:
     try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True,
-                           text=True, timeout=10)
+        r = procs.run(["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True,
+                      text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:
         return None
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           cwd=cwd or Path(__file__).parent, capture_output=True, text=True).stdout.strip()
+    dirty = procs.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                      cwd=cwd or Path(__file__).parent, capture_output=True, text=True).stdout.strip()
     return r.stdout.strip() + ("-dirty" if dirty else "")
 
 

@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "python" / "sglang_blackwell"
-FOUNDATION = {"envswitch", "errors", "httpclient", "limits", "paths", "procs", "receipts", "tomlio", ""}
+FOUNDATION = {"envswitch", "errors", "httpclient", "leftovers", "limits", "paths", "procs", "receipts", "tomlio", ""}
 RANK = {"foundation": 0, "patchset": 1, "artifacts": 2, "box": 3, "bench.allreduce": 4, "bench.eagle3": 4,
         "bench": 4, "release": 4, "qualify": 5, "cli": 6}
 

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import procs
 from ..errors import UserError
 from ..paths import cache_dir
 from .fatbin import read_cuda_binary
@@ -170,7 +171,7 @@ print(json.dumps(out))
 
 
 def _nvcc_version(nvcc: Path) -> str:
-    r = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True)
+    r = procs.run([str(nvcc), "--version"], capture_output=True, text=True)
     m = re.search(r"\bV(\d+\.\d+\.\d+)", r.stdout)
     if r.returncode != 0 or not m:
         raise UserError(f"{nvcc}: `nvcc --version` failed or did not print a version: {r.stderr.strip()[-300:]}")
@@ -200,7 +201,7 @@ def find_toolchain(python: str | None = None, cuda_home: str | os.PathLike | Non
 
     python = str(python or sys.executable)
     home = find_cuda_home(cuda_home)
-    r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=_clean_env())
+    r = procs.run([python, "-c", _PROBE], capture_output=True, text=True, env=_clean_env())
     if r.returncode != 0:
         raise UserError(f"AOT build interpreter {python}: cannot run it: {r.stderr.strip()[-300:]}")
     probe = json.loads(r.stdout.strip().splitlines()[-1])
@@ -276,7 +277,7 @@ def stub_libcuda_dir(cuda_home: Path, cache: Path) -> Path:
         raise UserError("AOT build: no C compiler (gcc/cc) to make a libcuda stub; install gcc or a CUDA toolkit "
                         "with lib64/stubs/libcuda.so")
     # preprocessed, so the names are the versioned ones the headers map to (cuMemAlloc -> cuMemAlloc_v2)
-    pre = subprocess.run([cc, "-E", "-P", "-I", str(header.parent), str(header)], capture_output=True, text=True)
+    pre = procs.run([cc, "-E", "-P", "-I", str(header.parent), str(header)], capture_output=True, text=True)
     if pre.returncode != 0:
         raise UserError(f"AOT build: {cc} -E {header} failed (making a libcuda stub): {pre.stderr.strip()[-300:]}")
     names = sorted(set(re.findall(r"\bCUresult\s+(cu[A-Za-z0-9_]+)\s*\(", pre.stdout)))
@@ -284,8 +285,8 @@ def stub_libcuda_dir(cuda_home: Path, cache: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".libcuda-", dir=d.parent))
     try:
         (tmp / "stub.c").write_text("".join(f"int {n}(void) {{ return 0; }}\n" for n in names))
-        r = subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp / "libcuda.so"),
-                            str(tmp / "stub.c")], capture_output=True, text=True)
+        r = procs.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp / "libcuda.so"),
+                       str(tmp / "stub.c")], capture_output=True, text=True)
         if r.returncode != 0:
             raise UserError(f"AOT build: building a libcuda stub failed: {r.stderr.strip()[-300:]}")
         (tmp / "stub.c").unlink()
@@ -414,7 +415,7 @@ def _run_worker(tree: Path, modules: Sequence[str], archs: Sequence[str], tc: To
     outdir = work / "out"
     cmd = [tc.python, str(WORKER), str(outdir), *[f"{m}={':'.join(MODULES[m])}" for m in modules]]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=work)
+        r = procs.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=work)
     except subprocess.TimeoutExpired:
         raise UserError(f"AOT build of {', '.join(modules)} did not finish within {timeout_s} s") from None
     results = {}

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__, procs
+from .. import __version__, leftovers
 from ..errors import UserError
 from ..patchset.bases import Base, series_for
 from ..patchset.check import gate
@@ -91,9 +90,9 @@ def build(base: Base, out_dir: Path, *, python: str | None = None, cache: Path |
     gate(base)  # a series `check` refuses (DEP-3 headers, patch paths, the label lock) is never built
     wanted = planned_files(base, python, python_flag)
     created = _make_out_dir(out_dir, out_flag)
-    _remove_stale_tmp(out_dir)
+    _remove_stale_partials(out_dir)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".sglang-blackwell-tmp-{os.getpid()}-", dir=out_dir))
+        tmp = leftovers.make_dir(TMP_PREFIX, out_dir)  # sweeps the work folders of killed builds first
     except OSError as e:
         if created:
             _remove_created(out_dir, created)
@@ -209,13 +208,9 @@ def _remove_created(out_dir: Path, top: Path) -> None:
         d = d.parent
 
 
-def _remove_stale_tmp(out_dir: Path) -> None:
-    for d in out_dir.glob(".sglang-blackwell-tmp-*"):
-        try:
-            pid = int(d.name.split("-")[3])
-        except (IndexError, ValueError):
-            continue
-        if not procs.alive(pid):
-            shutil.rmtree(d, ignore_errors=True)
+TMP_PREFIX = ".sglang-blackwell-tmp-"  # a build's work folder in --out: <prefix><pid>-<random> (leftovers.py)
+
+
+def _remove_stale_partials(out_dir: Path) -> None:
     for f in out_dir.glob(".*.whl.*.partial"):
         f.unlink(missing_ok=True)

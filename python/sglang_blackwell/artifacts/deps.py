@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .. import envswitch
+from .. import envswitch, procs
 from ..errors import IntegrityError, UserError
 from ..patchset.fetch import OFFLINE_ENV, pip_base_command, sha256_file, sweep_partials
 from ..patchset.wheel_metadata import wheel_metadata
@@ -361,7 +360,7 @@ class Downloader:
             if self.progress:
                 self.progress(f"pip download {len(specs)} locked wheel(s) for {self.target.python_tag}: "
                               f"{' '.join(specs)}")
-            r = subprocess.run([*cmd, "-r", str(req)], capture_output=True, text=True)
+            r = procs.run([*cmd, "-r", str(req)], capture_output=True, text=True)
             if r.returncode != 0:
                 tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
                 raise UserError(f"pip download failed for {' '.join(specs)}:\n{tail}")

@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import procs
 from ..errors import IntegrityError, UserError
 from ..patchset.bases import Base, python_version, series_for
 from ..patchset.check import gate
@@ -128,8 +129,8 @@ def pip_commands(lock: Lock | None, wheels: list[Path], *, python_exe: str, hash
 def python_of(python_exe: str, flag: str = "--python") -> str:
     """MAJOR.MINOR of an interpreter, asked by running it; an error naming the flag (as typed) when that fails."""
     try:
-        py = subprocess.run([python_exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                            capture_output=True, text=True, timeout=120)
+        py = procs.run([python_exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                       capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
         raise UserError(f"{flag} {python_exe}: no such interpreter") from None
     except PermissionError:
@@ -197,7 +198,7 @@ def install(base: Base, dist: Path, *, python_exe: str = sys.executable, no_deps
                      f"{', '.join(o.requirement.split(' @ ')[0] for o in lock.outside)}")
     if not dry_run:
         for cmd in cmds:
-            r = subprocess.run(cmd)
+            r = procs.run(cmd, grace_s=60.0)  # Ctrl-C: pip gets SIGINT and rolls back what it half installed
             if r.returncode != 0:
                 raise UserError(f"pip install failed (exit {r.returncode}): {' '.join(cmd)}")
     return cmds

@@ -52,7 +52,6 @@ import platform
 import re
 import shutil
 import subprocess
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from .. import leftovers, procs
 from ..errors import UserError
 from ..patchset.bases import SHA256_RE, Base, RuntimeArtifact
 from ..patchset.fetch import pip_base_command
@@ -385,9 +385,9 @@ def find_interpreter(python: str, python_exe: str | None,
         raise UserError(f"{version_flag} {python}: no python{python} on PATH to resolve with (pip evaluates "
                         "environment markers with the interpreter it runs in): pass --python PATH")
     try:
-        r = subprocess.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
-                                        "platform.python_implementation(), platform.python_version())"],
-                           capture_output=True, text=True, timeout=120)
+        r = procs.run([cand, "-c", "import platform, sys; print('%d.%d' % sys.version_info[:2], "
+                                   "platform.python_implementation(), platform.python_version())"],
+                      capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise UserError(f"{exe_flag} {cand}: cannot run it ({why})") from None
@@ -426,7 +426,7 @@ def stub_wheel(dest_dir: Path, name: str, version: str, requires: list[str] = ()
 
 
 def _run_pip(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True, env=pip_env())
+    r = procs.run(cmd, capture_output=True, text=True, env=pip_env())
     if r.returncode != 0:
         lines = [ln for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip()]
         raise UserError(f"{what}: pip failed (exit {r.returncode}):\n  " + "\n  ".join(lines[-12:]))
@@ -494,8 +494,7 @@ def generate(base: Base, python: str, *, python_exe: str | None = None, index_ur
     recipe = load_recipe(base)
     outside = [r for r in base.runtime if is_outside(r)]
     torch_label = {Version(r.version).public: r for r in outside if r.name == "torch"}
-    with tempfile.TemporaryDirectory(prefix="sglang-blackwell-lock-") as td:
-        tmp = Path(td)
+    with leftovers.temp_dir("sglang-blackwell-lock-") as tmp:
         built, _ = build(base, tmp / "dist", python=python, cache=cache, progress=say)
         ours = {canonicalize_name(base.package(b.package).distribution) for b in built}
         (tmp / "stubs").mkdir()
@@ -533,8 +532,8 @@ def generate(base: Base, python: str, *, python_exe: str | None = None, index_ur
             ver = cons[name][0]
             (item,) = _resolve(exe, target, index_url, [f"{name}=={ver}"], None, tmp / "nl.json", no_deps=True)
             not_lockable.append(NotLockable(name, ver, _sha256(item), why))
-        pip_version = subprocess.run([*pip_base_command(), "--version"], capture_output=True, text=True,
-                                     env=pip_env()).stdout.split()[1]
+        pip_version = procs.run([*pip_base_command(), "--version"], capture_output=True, text=True,
+                                env=pip_env()).stdout.split()[1]
     outs = [Outside(r.requirement, r.index_url, _outside_check(r, python)) for r in outside] + companions
     cons_desc = [f"{os.path.relpath(f, base.dir / 'locks')} (sha256 {hashlib.sha256(f.read_bytes()).hexdigest()})"
                  for f in recipe.constraint_files(python)]

@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .. import procs
+
 PROC_DRIVER = Path("/proc/driver/nvidia")  # present while the NVIDIA kernel module is loaded
 SMI_TIMEOUT_S = 20.0
 
@@ -22,7 +24,7 @@ def nvidia_smi() -> dict[str, Any]:
     if path is None:
         return out
     try:
-        r = subprocess.run([path, "-L"], capture_output=True, text=True, errors="replace", timeout=SMI_TIMEOUT_S)
+        r = procs.run([path, "-L"], capture_output=True, text=True, errors="replace", timeout=SMI_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         out["error"] = f"no answer within {SMI_TIMEOUT_S:.0f} s"
         return out

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .. import procs
 from .topology import Topology
 
 BDF = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
@@ -69,7 +70,7 @@ def acs_facts(topo: Topology, sys_root: Path = Path("/"), lspci: str | None = No
         if exe is None:
             return {"lspci": None, "bridges": bridges, "redirecting": [], "denied": [], "with_acs": []}
         try:
-            lspci = subprocess.run([exe, "-D", "-vvv"], capture_output=True, text=True, timeout=30).stdout
+            lspci = procs.run([exe, "-D", "-vvv"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             return {"lspci": None, "bridges": bridges, "redirecting": [], "denied": [], "with_acs": []}
     devs = parse_lspci_acs(lspci)

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import procs
 from ..errors import UserError
 from ..paths import NotReadable, read_bounded
 from .nccl_block import find_block, with_block, without_block
@@ -121,7 +122,7 @@ def python_problem(data: bytes, python: str | None = None) -> str | None:
     the import does."""
     if python and os.path.realpath(python) != os.path.realpath(sys.executable):
         try:
-            r = subprocess.run([python, "-B", "-c", _COMPILE], input=data, capture_output=True, timeout=120)
+            r = procs.run([python, "-B", "-c", _COMPILE], input=data, capture_output=True, timeout=120)
             return json.loads(r.stdout.decode().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
             raise UserError(f"--python {python}: cannot ask it to compile a file ({e})") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import procs
 from ..errors import UserError
 from . import nccl_conf as conf
 
@@ -123,8 +124,8 @@ def probe(python: str | None = None, environ: dict[str, str] | None = None) -> T
     """Run the target interpreter (default: this one) and ask it."""
     exe = python or sys.executable
     try:
-        r = subprocess.run([exe, "-B", "-c", PROBE], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ if environ is None else environ))
+        r = procs.run([exe, "-B", "-c", PROBE], capture_output=True, text=True, timeout=120,
+                      env=dict(os.environ if environ is None else environ))
     except FileNotFoundError:
         raise UserError(f"--python {exe}: no such interpreter") from None
     except PermissionError:

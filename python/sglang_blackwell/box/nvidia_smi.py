@@ -6,6 +6,8 @@ import shutil
 import subprocess
 from typing import Any
 
+from .. import procs
+
 
 def available() -> bool:
     return shutil.which("nvidia-smi") is not None
@@ -13,8 +15,8 @@ def available() -> bool:
 
 def _query(args: list[str]) -> list[list[str]]:
     try:
-        r = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True,
-                           text=True, timeout=30)
+        r = procs.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True,
+                      text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
     if r.returncode != 0:
@@ -49,7 +51,7 @@ def machine() -> dict[str, Any]:
 
 def _links() -> str | None:
     try:
-        r = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30)
+        r = procs.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:

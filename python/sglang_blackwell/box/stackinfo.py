@@ -14,6 +14,7 @@ import sys
 import tempfile
 from typing import Any
 
+from .. import procs
 from ..artifacts.fatbin import read_cuda_binary
 from ..artifacts.wheel import MARKER_FILE
 from ..errors import UserError
@@ -121,8 +122,8 @@ def trtllm_comm_probe(capability: str, python: str = sys.executable, timeout: in
     with tempfile.TemporaryDirectory(prefix="sglb-fi-") as workspace:  # keep the user's JIT cache untouched
         env = dict(os.environ, FLASHINFER_CUDA_ARCH_LIST=arch, FLASHINFER_WORKSPACE_BASE=workspace)
         try:
-            r = subprocess.run([python, "-c", TRTLLM_PROBE], capture_output=True, text=True, timeout=timeout,
-                               env=env)
+            r = procs.run([python, "-c", TRTLLM_PROBE], capture_output=True, text=True, timeout=timeout,
+                          env=env)
         except subprocess.TimeoutExpired:
             return {"arch": arch, "importable": None, "error": f"timed out after {timeout} s"}
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("SGLB ")), None)

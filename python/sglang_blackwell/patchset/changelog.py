@@ -23,6 +23,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from .. import procs
 from ..errors import UserError
 from ..tomlio import tomllib
 from .series import Patch, parse_patch, read_series_file
@@ -57,7 +58,7 @@ class Source:
                 raise UserError(f"changelog: {ref!r} is not a git ref of {root}")
 
     def _git(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(self.root), *args], capture_output=True)
+        return procs.run(["git", "-C", str(self.root), *args], capture_output=True)
 
     def read(self, rel: str) -> bytes | None:
         if self.ref is None:
@@ -248,6 +249,6 @@ def changelog_bases(root: Path, old_base: str, new_base: str, ref: str = WORKTRE
 
 def previous_tag(root: Path, ref: str = "HEAD") -> str | None:
     """The newest tag reachable from ref's parent (the release before a tagged commit), or None."""
-    r = subprocess.run(["git", "-C", str(root), "describe", "--tags", "--abbrev=0", f"{ref}^"],
-                       capture_output=True, text=True)
+    r = procs.run(["git", "-C", str(root), "describe", "--tags", "--abbrev=0", f"{ref}^"],
+                  capture_output=True, text=True)
     return r.stdout.strip() or None if r.returncode == 0 else None

@@ -386,12 +386,12 @@ def _pip_download(pip: list[str], reqfile: Path, dest: Path, flags: list[str], t
             "where the command has it); it was killed")
     if tty:
         try:
-            r = subprocess.run(cmd, stdout=sys.stderr, timeout=timeout)
+            r = procs.run(cmd, stdout=sys.stderr, timeout=timeout)
         except subprocess.TimeoutExpired:
             return late, False
         return (None, False) if r.returncode == 0 else (f"pip exited {r.returncode} (its output above)", False)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = procs.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return late, False
     if r.returncode == 0:

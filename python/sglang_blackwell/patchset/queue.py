@@ -11,12 +11,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from .. import procs
 from ..errors import UserError
 from ..paths import read_json
 from .bases import Base, series_for
@@ -37,8 +37,8 @@ def _git_env() -> dict[str, str]:
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    r = subprocess.run(["git", "-c", "core.abbrev=12", "-c", "core.autocrlf=false", *args], cwd=cwd,
-                       env=env or _git_env(), capture_output=True, text=True)
+    r = procs.run(["git", "-c", "core.abbrev=12", "-c", "core.autocrlf=false", *args], cwd=cwd,
+                  env=env or _git_env(), capture_output=True, text=True)
     if r.returncode != 0:
         raise UserError(f"git {' '.join(args[:2])} in {cwd} failed: {(r.stderr or r.stdout).strip()}")
     return r.stdout
@@ -95,7 +95,7 @@ def checkout(base: Base, package: str, dest: Path, cache: Path | None = None) ->
             try:
                 git(dest, "am", "-q", "--keep-cr", "--no-3way", str(p.path))
             except UserError as e:
-                subprocess.run(["git", "am", "--abort"], cwd=dest, env=_git_env(), capture_output=True)
+                procs.run(["git", "am", "--abort"], cwd=dest, env=_git_env(), capture_output=True)
                 raise UserError(f"patch {p.name} does not apply with git am: {e}") from None
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)

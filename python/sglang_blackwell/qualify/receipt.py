@@ -7,12 +7,12 @@ import contextlib
 import fcntl
 import os
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import leftovers
 from ..errors import UserError
 from ..paths import os_reason
 from .attachments import Attachment
@@ -92,13 +92,16 @@ def _pack_filter(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return ti
 
 
+PACK_PREFIX = ".sglang-blackwell-pack-"  # the pack being written: <prefix><pid>-<random>.tmp (leftovers.py)
+
+
 def pack(out: Path, dest: Path, found: tuple[int, ...] | None = None) -> Path:
     """out/ as dest (tar.gz, top folder = out's name). Written under a private temporary name of its own in dest's
     folder (never through a file or link someone put there), read back whole, then renamed over dest only if dest
     is still what this run found there when it began (`found`: plan.file_identity, None for absent): a second
     qualify that packed to the same file meanwhile keeps its pack, and this one raises a UserError saying so."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        fd, tmp = leftovers.make_file(PACK_PREFIX, ".tmp", dest.parent)  # sweeps what killed runs left there
     except OSError as e:
         raise UserError(f"--pack {dest}: cannot write in {dest.parent} ({os_reason(e)}); the results are in "
                         f"{out}") from None

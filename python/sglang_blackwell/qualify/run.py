@@ -43,7 +43,7 @@ from ..errors import UserError
 from ..paths import os_reason
 from .attachments import before_steps, nccl_topo_dump
 from .plan import DEFAULT_TEMPLATE, STEPS, Plan, make_plan
-from .receipt import RECEIPT_NAME, _step_versions, build_receipt, format_attachments, format_table, pack
+from .receipt import PACK_PREFIX, RECEIPT_NAME, _step_versions, build_receipt, format_attachments, format_table, pack
 from .steps import GPU_TEST_TARGETS, StepResult, run_steps
 
 
@@ -115,6 +115,7 @@ def claim_out(out: Path) -> int:
 
 
 def _run(plan: Plan, progress: Callable[[str], None]) -> int:
+    from ..leftovers import sweep
     from ..procs import signals_as_interrupt
     from ..receipts import collect_versions, write_receipt
 
@@ -123,6 +124,8 @@ def _run(plan: Plan, progress: Callable[[str], None]) -> int:
              + ", ".join(s + (" (--skip)" if s in plan.skip else "") for s in STEPS) + f"; out {plan.out}")
     for w in plan.warnings:
         progress(f"warning: {w}")
+    if plan.pack:  # a pack a killed run was writing there goes now, not hours from now when this one packs
+        sweep(plan.pack.parent, PACK_PREFIX, ".tmp", kind="file")
     with signals_as_interrupt():
         attachments = before_steps(plan)
         interrupted = next((a.reason for a in attachments if a.status == "failed"

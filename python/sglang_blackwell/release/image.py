@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 
+from .. import procs
 from ..artifacts.build import manifest_path
 from ..errors import UserError
 from ..patchset.bases import Base, list_bases
@@ -92,7 +92,7 @@ print(json.dumps(out))
 
 
 def _installed(python: str, dists: list[str]) -> dict:
-    r = subprocess.run([python, "-c", _PROBE, *dists], capture_output=True, text=True)
+    r = procs.run([python, "-c", _PROBE, *dists], capture_output=True, text=True)
     if r.returncode != 0:
         raise UserError(f"{python}: cannot inspect its environment: {r.stderr.strip()[-300:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ... import procs
 from .config import BenchConfig
 from .config_section import ConfigError
 from .listeners import bind_problem
@@ -153,8 +154,8 @@ def module_found(exe: str, module: str, env: dict[str, str]) -> bool | None:
     """Does interpreter `exe` find `module` in `env` the way `import` would (no package code runs)? None when the
     interpreter could not be asked (it does not start, or takes over 60 s)."""
     try:
-        r = subprocess.run([exe, "-c", MODULE_FINDER, module], env=env, capture_output=True, text=True,
-                           errors="replace", timeout=60, stdin=subprocess.DEVNULL)
+        r = procs.run([exe, "-c", MODULE_FINDER, module], env=env, capture_output=True, text=True,
+                      errors="replace", timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode == 3:

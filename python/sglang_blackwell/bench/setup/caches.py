@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ... import procs
 from ...paths import cache_dir
 
 PIP_REUSED = ("http", "http-v2", "wheels")  # what pip takes from its cache instead of downloading or building
@@ -52,8 +53,8 @@ def usage(path: Path, counts: tuple[str, ...] | None = None) -> dict[str, Any]:
 def _ask_pip(python: str, env: dict[str, str]) -> tuple[Path | None, str]:
     """(the cache folder `python -m pip cache dir` prints, "") or (None, why not)."""
     try:
-        r = subprocess.run([python, "-m", "pip", "cache", "dir"], capture_output=True, text=True, timeout=60,
-                           env=env, stdin=subprocess.DEVNULL)
+        r = procs.run([python, "-m", "pip", "cache", "dir"], capture_output=True, text=True, timeout=60,
+                      env=env, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, str(e)
     out = r.stdout.strip()

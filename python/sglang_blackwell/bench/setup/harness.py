@@ -16,17 +16,17 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ... import procs
+from ... import leftovers, procs
 from ...errors import UserError
 from ...paths import output_problem, path_arg, repo_root
 from . import caches, machine, readme_block, receipt, source
 from .steps import DEFAULT, STEPS, Step, missing, parse_steps, run_step
 
+WORK_PREFIX = "sglang-blackwell-setup-"  # the clone's folder: <prefix><pid>-<random> (leftovers.py)
 MAKE_VARS = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")  # a make above us must not steer the steps' make
 
 
@@ -118,7 +118,7 @@ def run(a: argparse.Namespace) -> int:
     before = caches.cache_state(python, env)
     print(f"bench setup: {src.repo} at {src.commit[:12]}, steps {', '.join(s.shown() for s in steps)}; caches "
           f"{before['state']}; {facts['nproc']} cores, load {facts['load']}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="sglang-blackwell-setup-", dir=workdir))
+    work = leftovers.make_dir(WORK_PREFIX, workdir)  # sweeps the clones of killed runs first
     try:
         with procs.signals_as_interrupt():
             clone, logs = work / "sglang-blackwell", work / "logs"

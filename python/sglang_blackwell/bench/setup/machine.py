@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ... import procs
+
 
 def _read(path: str) -> str | None:
     try:
@@ -69,8 +71,8 @@ def facts() -> dict[str, Any]:
 def tool_output(argv: list[str], *, env: dict[str, str] | None = None, timeout_s: float = 60) -> str | None:
     """The first line a tool prints (stdout, else stderr) when it exits 0; None when it is missing or fails."""
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
-                           stdin=subprocess.DEVNULL)
+        r = procs.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
+                      stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:

@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import procs
 from ...errors import UserError
 from ...paths import repo_root
 
@@ -25,8 +26,8 @@ class Source:
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+        return procs.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise UserError("git: not found on PATH (a set-up run clones the checkout with it)") from None
     except subprocess.TimeoutExpired:
@@ -76,8 +77,8 @@ def refuse_dirty(src: Source) -> None:
 
 def clone(src: Source, dest: Path) -> None:
     """A fresh clone of `src` at its commit in `dest` (which must not exist): only what the commit tracks."""
-    r = subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(src.repo), str(dest)], capture_output=True,
-                       text=True, timeout=600, stdin=subprocess.DEVNULL)
+    r = procs.run(["git", "clone", "--quiet", "--no-checkout", str(src.repo), str(dest)], capture_output=True,
+                  text=True, timeout=600, stdin=subprocess.DEVNULL)
     if r.returncode == 0:
         r = _git(dest, "checkout", "--quiet", "--detach", src.commit)
     if r.returncode != 0:
