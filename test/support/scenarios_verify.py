@@ -5,6 +5,7 @@
   `extend_attention_fwd` and an fp64 reference, on CPU tensors under Triton's interpreter, at MLA's shapes
   (one 512 + 64 latent KV head, 8-16 query heads, 3-4 draft tokens, bf16 and fp8 KV). Each error is checked
   against a bound derived from where the kernels round (see `error_bound`).
+- `split_counts`: how many splits 0.5.14's kernel gives a prefix (its in-kernel rule) per GPU, batch and length.
 - `gate_cases`: which simulated GPUs (support.cuda_sim) the line's backend sends target-verify to it on.
 - `dispatch_case` (0.5.14, where the patch adds the dispatch): `TritonAttnBackend.forward_extend` in
   TARGET_VERIFY mode runs the split-KV kernel and returns what `extend_attention_fwd` returns.
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
@@ -44,7 +46,13 @@ CASES = [  # the kimi61 pair's and Kimi-K2.x TP8's shapes: 8 heads/rank; DeepSee
     {"arch": "sm120", "bs": 4, "h": 8, "draft": 3, "prefix": [5, 64, 200, 300], "kv": "bf16"},
     {"arch": "sm90", "bs": 2, "h": 8, "draft": 3, "prefix": [37, 300], "kv": "fp8", "k_scale": 0.5,
      "v_scale": 2.0},
+    # the long-prefix rule at a size the interpreter runs (0.5.14's SHORT_SPLITS / LONG_CHUNK scaled down to 2 and
+    # 128 tokens): 1100 tokens take 9 splits, not 2; beside it a short prefix that keeps its 2
+    {"arch": "sm90", "bs": 1, "h": 8, "draft": 3, "prefix": [1100], "kv": "bf16", "split_rule": (2, 128)},
+    {"arch": "sm120", "bs": 2, "h": 8, "draft": 3, "prefix": [40, 1000], "kv": "bf16", "split_rule": (2, 128)},
 ]
+# prefix lengths the split rule is asked about (split_counts): short ones, the 64k edge, the lab's 96k / 128k / 256k
+SPLIT_PREFIXES = (1, 700, 8192, 32768, 65536, 65537, 98304, 131072, 262144)
 
 
 def _first_module(names: tuple[str, ...]):
@@ -191,13 +199,66 @@ def kernel_cases(cases: list[dict] | None = None) -> dict:
         if vmod is not None:
             _simulate_arch(vmod, case["arch"])
             mine = torch.zeros(ref.shape, dtype=torch.bfloat16)
-            row["ran"] = bool(vmod.verify_shared_kv_fwd(*_args(x, mine), max_bs=case["bs"] + 2))
+            with _split_rule(vmod, case.get("split_rule")):
+                row["ran"] = bool(vmod.verify_shared_kv_fwd(*_args(x, mine), max_bs=case["bs"] + 2))
             bound = error_bound(bounds, ref, partials_bf16)
             row["verify_vs_ref"] = _ratio(mine.double() - ref, bound)
             row["verify_vs_extend"] = _ratio(mine.double() - ext.double(), bound + bound_ext)
             row["max_abs_diff_vs_extend"] = float((mine.double() - ext.double()).abs().max())
         out["cases"].append(row)
     return out
+
+
+@contextlib.contextmanager
+def _split_rule(vmod, rule: tuple[int, int] | None):
+    """0.5.14's split rule (SHORT_SPLITS, LONG_CHUNK) replaced for one call; nothing where the line has none."""
+    if rule is None or not hasattr(vmod, "SHORT_SPLITS"):
+        yield
+        return
+    saved = vmod.SHORT_SPLITS, vmod.LONG_CHUNK
+    vmod.SHORT_SPLITS, vmod.LONG_CHUNK = rule
+    try:
+        yield
+    finally:
+        vmod.SHORT_SPLITS, vmod.LONG_CHUNK = saved
+
+
+_SPLIT_COUNT = None  # the line's split_count, set by split_counts (a global: the probe kernel calls it by name)
+
+
+def split_counts() -> dict:
+    """How many splits the line's kernel gives one sequence's prefix (its in-kernel `split_count`, run by a probe
+    kernel under Triton's interpreter), per simulated GPU, batch size and prefix length, with the grid's
+    max_splits; {"rule": None} where the line has no such rule (0.5.23: upstream's verify_mla)."""
+    global _SPLIT_COUNT
+    import torch
+    import triton
+    import triton.language as tl
+
+    vmod = verify_module()
+    if vmod is None or not hasattr(vmod, "split_count"):
+        return {"rule": None}
+    _SPLIT_COUNT = vmod.split_count
+
+    @triton.jit
+    def probe(P, OUT, max_splits, MIN_CHUNK: tl.constexpr, SHORT: tl.constexpr, LONG: tl.constexpr):
+        i = tl.program_id(0)
+        tl.store(OUT + i, _SPLIT_COUNT(tl.load(P + i), max_splits, MIN_CHUNK, SHORT, LONG))
+
+    rows = []
+    for arch, (cap, sms) in ARCHS.items():
+        plan = vmod.plan_launch(8, 1, 576, 512, 3, cap, v_is_k=True)
+        c = plan.constexprs
+        for bs in (1, 4):
+            ms = vmod.max_splits(bs, plan.head_blocks, sms)
+            prefixes = torch.tensor(SPLIT_PREFIXES, dtype=torch.int32)
+            got = torch.zeros_like(prefixes)
+            probe[(len(SPLIT_PREFIXES),)](prefixes, got, ms, MIN_CHUNK=c["MIN_CHUNK"], SHORT=c["SHORT"],
+                                          LONG=c["LONG"])
+            rows += [{"arch": arch, "bs": bs, "prefix": p, "max_splits": ms, "min_chunk": c["MIN_CHUNK"],
+                      "splits": int(n)} for p, n in zip(SPLIT_PREFIXES, got.tolist(), strict=True)]
+    return {"rule": {"MAX_SPLITS": vmod.MAX_SPLITS, "SHORT_SPLITS": vmod.SHORT_SPLITS, "LONG_CHUNK": vmod.LONG_CHUNK},
+            "rows": rows}
 
 
 def _ratio(err, bound) -> float:

@@ -15,7 +15,11 @@ to AMD gfx95. What the patched tree must show, on CPU (support/scenarios_verify.
   prefixes of 1-1100 tokens, the launch plans of an H200 and an RTX PRO 6000), under Triton's interpreter;
   a kernel that skipped a quarter of the prefix lands far outside those bounds;
 - the exact launch compiles for sm_90a and sm_120a (Triton's own compiler, no GPU): shared memory within the
-  SM's per-block limit, no register spills with a bf16 KV cache.
+  SM's per-block limit, no register spills with a bf16 KV cache;
+- (0.5.14, our kernel) the split rule: up to 64k prefix tokens a sequence takes the splits it always did (at most
+  64, >= MIN_CHUNK tokens each); past 64k at most 1024 tokens a split, up to the grid's max_splits, so bs 1 at
+  128k runs the 128 splits the lab measured (375 -> 287 us a layer call on one H200, 2026-12-02), while a batch
+  that fills the GPU keeps its count. 0.5.23's P8 is upstream's verify_mla (its own MAX_N_SPLITS): not asked.
 """
 
 from __future__ import annotations
@@ -37,7 +41,13 @@ import json
 from support.scenarios_verify import compile_cases
 print(json.dumps(compile_cases()))
 """
+SPLITS = """
+import json
+from support.scenarios_verify import split_counts
+print(json.dumps(split_counts()))
+"""
 VALIDATED = ((9, 0), (12, 0), (12, 1))
+SHORT_SPLITS, LONG_CHUNK = 64, 1024
 
 
 def _gate_problems(r: dict) -> list[str]:
@@ -104,6 +114,36 @@ def _compile_problems(r: dict) -> list[str]:
     return out
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _split_problems(r: dict) -> list[str]:
+    if r["rule"] is None:
+        return ["the kernel has no split rule for long prefixes (split_count)"]
+    out = []
+    for row in r["rows"]:
+        p, ms, got = row["prefix"], row["max_splits"], row["splits"]
+        label = f"{row['arch']} bs {row['bs']} prefix {p}: {got} splits of {ms}"
+        if ms > 128:
+            out.append(f"{label}: the grid's max_splits above 128")
+        if p <= SHORT_SPLITS * LONG_CHUNK:  # as it always was (the 8k-64k grid was measured so)
+            want = max(1, min(ms, SHORT_SPLITS, _cdiv(p, row["min_chunk"])))
+        else:  # at most LONG_CHUNK tokens a split, as far as the grid goes
+            want = min(ms, _cdiv(p, LONG_CHUNK))
+        if got != want:
+            out.append(f"{label}, expected {want}")
+    measured = {(x["arch"], x["bs"], x["prefix"]): x["splits"] for x in r["rows"]}
+    if measured.get(("sm90", 1, 131072)) != 128:
+        out.append(f"H200 bs 1 at 131072 tokens: {measured.get(('sm90', 1, 131072))} splits, the lab measured 128")
+    return out
+
+
+@pytest.fixture(scope="module", params=[b for b in carrying("P8") if b == "0.5.14"])
+def splits(request, patch_trees):
+    return patch_trees.assert_needs_patch(request.param, "P8", SPLITS, _split_problems, env={"TRITON_INTERPRET": "1"})
+
+
 @pytest.fixture(scope="module", params=carrying("P8"))
 def outcome(request, patch_trees):
     return patch_trees.assert_needs_patch(request.param, "P8", RUN, _problems, env={"TRITON_INTERPRET": "1"})
@@ -131,3 +171,7 @@ def test_equals_extend_attention_within_the_bf16_bound(outcome):
 
 def test_compiles_for_sm90a_and_sm120a(compiled):
     assert _compile_problems(compiled["with"]) == []
+
+
+def test_long_prefixes_take_more_splits_short_ones_as_measured(splits):
+    assert _split_problems(splits["with"]) == []
