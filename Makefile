@@ -11,8 +11,9 @@ OUT    ?= dist
 PYTEST_ARGS ?=
 # `make test` runs the suite on the machine's cores (pytest-xdist, at most 4 workers: each holds its own probe
 # zygote with torch imported), a test file per worker at a time (--dist loadfile: a file's module fixtures are
-# computed once, as in a serial run). PYTEST_JOBS= runs it in one process.
-PYTEST_JOBS ?= -n auto --maxprocesses 4 --dist loadfile
+# computed once, as in a serial run), the longest files first (test/support/worker_order.py; xdist's own reorder
+# would put them last). PYTEST_JOBS= runs it in one process.
+PYTEST_JOBS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 BIN     = $(VENV)/bin
 BASE_ARG = $(if $(BASE),--base $(BASE),)
 # The test environment's torch is PyTorch's CPU build, on purpose: test/constraints.txt pins it with its +cpu

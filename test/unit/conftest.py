@@ -1,5 +1,6 @@
-"""CPU tests: test/ on sys.path (test/support's helpers), the CI rule that a skipped tool check fails, and the upstream
-trees every test of the run shares (support/trees.py)."""
+"""CPU tests: test/ on sys.path (test/support's helpers), the CI rule that a skipped tool check fails, the upstream
+trees every test of the run shares (support/trees.py) and the order a parallel run hands files to its workers
+(support/worker_order.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ if _TEST_ROOT not in sys.path:
     sys.path.insert(0, _TEST_ROOT)
 from support.require_tools import pytest_configure, pytest_runtest_makereport  # noqa: E402,F401
 from support.shared_tmp import run_dir  # noqa: E402
+from support.worker_order import pytest_collection_modifyitems  # noqa: E402,F401
 
 if TYPE_CHECKING:
     from support.trees import TreeFactory
