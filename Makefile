@@ -9,6 +9,11 @@ VENV   ?= .venv
 BASE   ?=
 OUT    ?= dist
 PYTEST_ARGS ?=
+# `make test` runs the suite on the machine's cores (pytest-xdist, at most 4 workers: each holds its own probe
+# zygote with torch imported), a test file per worker at a time (--dist loadfile: a file's module fixtures are
+# computed once, as in a serial run), the longest files first (test/support/worker_order.py; xdist's own reorder
+# would put them last). PYTEST_JOBS= runs it in one process.
+PYTEST_JOBS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 BIN     = $(VENV)/bin
 BASE_ARG = $(if $(BASE),--base $(BASE),)
 # The test environment's torch is PyTorch's CPU build, on purpose: test/constraints.txt pins it with its +cpu
@@ -71,7 +76,7 @@ lint: $(VENV)/.test-deps
 	$(BIN)/ruff check python test
 
 test: lint
-	$(BIN)/pytest -m "not gpu and not image" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not gpu and not image" $(PYTEST_JOBS) $(PYTEST_ARGS)
 
 # The gate comes first, before the test venv or anything else is built: a missing buildah, debootstrap or root is
 # one NOT RUN line and exit 2 (test/support/image_preflight.py), never "11 skipped" and exit 0. The build and the

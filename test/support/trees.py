@@ -5,6 +5,10 @@
 
 A patch's test must pass on the built tree and fail on the tree made of the patches before it
 (test/unit/patches: `assert_needs_patch`).
+
+The trees are read-only for the tests. One factory serves the whole run (test/unit/conftest.py: `tree_factory`),
+in a directory every pytest-xdist worker shares: each tree and each base's build is made once per run, by the
+first worker that asks, under a lock (support/shared_tmp.py); a worker that asks meanwhile waits for it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from sglang_blackwell.patchset.apply import apply_series
 from sglang_blackwell.patchset.bases import Base, get_base, series_for
 from sglang_blackwell.patchset.fetch import fetch
 from sglang_blackwell.patchset.layouts import get_layout
+from support.shared_tmp import made_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,9 +43,15 @@ class TreeFactory:
         dest = self.workdir / base_name / package / f"upto-{upto}"
         if dest.exists():
             return dest
-        series = series_for(base, package)
-        if not series.patches:  # nothing to apply: the built wheel holds upstream's files byte for byte
+        if not series_for(base, package).patches:  # nothing to apply: the built wheel holds upstream's files
             return self.built_tree(base_name, package)
+        with made_once(dest.with_name(f".{dest.name}.lock")):
+            if not dest.exists():
+                self._make_tree(base, package, upto, dest)
+        return dest
+
+    def _make_tree(self, base: Base, package: str, upto: int, dest: Path) -> None:
+        series = series_for(base, package)
         layout = get_layout(base.package(package).package)
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -63,22 +74,27 @@ class TreeFactory:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         tmp.rename(dest)
-        return dest
 
     def built_tree(self, base_name: str, package: str) -> Path:
         """The package as `sglang-blackwell build` ships it (the whole series), unpacked."""
         base = get_base(base_name)
         key = f"{base_name}/{package}"
         if key not in self._built:
-            dist = self.workdir / base_name / "dist"
-            if not dist.exists():
-                build(base, dist, python="3.11")
             dest = self.workdir / base_name / package / "built"
-            if not dest.exists():
-                dist_name = base.package(package).distribution.replace("-", "_")
-                wheel = next(dist.glob(f"{dist_name}-*.whl"))
-                with zipfile.ZipFile(wheel) as z:
-                    z.extractall(dest)
+            with made_once(self.workdir / base_name / ".built.lock"):
+                dist = self.workdir / base_name / "dist"
+                if not (dist / ".complete").exists():
+                    shutil.rmtree(dist, ignore_errors=True)  # a build that died part way
+                    build(base, dist, python="3.11")
+                    (dist / ".complete").write_text("")
+                if not dest.exists():
+                    dist_name = base.package(package).distribution.replace("-", "_")
+                    wheel = next(dist.glob(f"{dist_name}-*.whl"))
+                    tmp = dest.with_name(dest.name + ".tmp")
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    with zipfile.ZipFile(wheel) as z:
+                        z.extractall(tmp)
+                    tmp.rename(dest)
             self._built[key] = dest
         return self._built[key]
 

@@ -102,5 +102,5 @@ class PatchTrees:
 
 
 @pytest.fixture(scope="session")
-def patch_trees(tmp_path_factory) -> PatchTrees:
-    return PatchTrees(TreeFactory(tmp_path_factory.mktemp("trees")))
+def patch_trees(tree_factory: TreeFactory) -> PatchTrees:
+    return PatchTrees(tree_factory)

@@ -33,8 +33,8 @@ BASE = "0.5.14"
 
 
 @pytest.fixture(scope="module")
-def trees(tmp_path_factory) -> dict[str, Path]:
-    f = TreeFactory(tmp_path_factory.mktemp("upstream"))
+def trees(tree_factory: TreeFactory) -> dict[str, Path]:
+    f = tree_factory
     n = len(series_for(get_base(BASE), "sglang").patches)
     return {"sglang": f.tree(BASE, "sglang", 0) / "sglang", "sglang_patched": f.tree(BASE, "sglang", n) / "sglang",
             "flashinfer": f.tree(BASE, "flashinfer", 0) / "flashinfer"}

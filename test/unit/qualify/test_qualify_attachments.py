@@ -52,9 +52,8 @@ def fake_nvidia_smi(bindir: Path, *, fail: bool = False) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sglang_trees(tmp_path_factory) -> dict[str, Path]:
-    f = TreeFactory(tmp_path_factory.mktemp("sglang"))
-    return {base: f.tree(base, "sglang", 0) for base in ("0.5.23", "0.5.9")}
+def sglang_trees(tree_factory: TreeFactory) -> dict[str, Path]:
+    return {base: tree_factory.tree(base, "sglang", 0) for base in ("0.5.23", "0.5.9")}
 
 
 @pytest.mark.slow

@@ -17,19 +17,27 @@ def test_stage_times_from_a_real_profiler_trace(tmp_path: Path, suffix: str) -> 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     x = torch.randn(384, 384)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(6):
-            with record_function("step[DECODE bs=1]"):
-                x @ x
-            with record_function("draft"):
-                x @ x
-            with record_function("step[TARGET_VERIFY bs=1]"):
-                for _ in range(6):  # clearly more work than a decode step
+    # one intra-op thread: a span's wall time is then its work, also on a machine whose other cores are busy (the
+    # parallel `make test`): a matmul split over two threads waits for the one that another process holds off its
+    # core, and a 1x span could read as long as a 6x one
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(6):
+                with record_function("step[DECODE bs=1]"):
                     x @ x
-            with record_function("draft_extend"):
-                x @ x
-            with record_function("unrelated"):
-                x @ x
+                with record_function("draft"):
+                    x @ x
+                with record_function("step[TARGET_VERIFY bs=1]"):
+                    for _ in range(6):  # clearly more work than a decode step
+                        x @ x
+                with record_function("draft_extend"):
+                    x @ x
+                with record_function("unrelated"):
+                    x @ x
+    finally:
+        torch.set_num_threads(threads)
     path = tmp_path / f"bench-123-TP-0{suffix}"  # the name sglang's /start_profile gives a trace
     prof.export_chrome_trace(str(path))
     if suffix.endswith(".gz"):
