@@ -7,13 +7,15 @@
 #
 #   A  carry .whl/c1  stage chunk 1; generate the 61-layer pair with the GQA and MLA drafts that miss by design
 #                     (/tmp/lab61); DRAFT_ATTENTION=1 also checks the drafts' attention at 128k
-#   B  carry .whl/c2  install the bundle into /tmp/site; P8's tiles x split caps at 128k, bs 1, and the kernels per
-#                     layer call at 32k and 128k (verify_kernel_bench.py); then the 64k config's baseline arm
-#                     (GPU_CHECKS=1 also runs P8 and P11 on the GPU, errors against their bounds to gpu-record.jsonl)
-#   C  (nothing)      the 128k config's eagle3-mla arm (the MLA draft)
-#   D  (nothing)      the 128k config's baseline arm
-#   E  (nothing)      the 64k config's eagle3 arm (the GQA draft)
-#   F  (nothing)      the 128k config's eagle3 arm (the GQA draft)
+#   B  carry .whl/c2  install the bundle into /tmp/site; the 128k config's eagle3-mla arm (the MLA draft)
+#                     (GPU_CHECKS=1 first runs P8 and P11 on the GPU, errors against their bounds to gpu-record.jsonl)
+#   C  (nothing)      the 128k config's eagle3 arm (the GQA draft)
+#   D  (nothing)      the 128k config's baseline arm, then P8's split rule as shipped at 32k-128k, bs 1 and 4, and
+#                     the tiles x split caps at 128k, bs 1 (verify_kernel_bench.py), in the time the call has left
+#   E  (nothing)      the 64k config's baseline arm
+#   K  carry .whl/c2  (a machine gone cold after A) install the bundle, P8 and P11 on the GPU (errors against their
+#                     bounds), then D's kernel bench; no arm
+#   F  (nothing)      the 64k config's eagle3 arm (the GQA draft)
 #   B-F install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
 #   bash benchmark/lab/session_long.sh A|B|C|D|E|F
@@ -63,34 +65,39 @@ install_bundle() {  # the bundle into /tmp/site, once per machine (c2 carried)
   bash .whl/c2/install.sh --stage /tmp/bundle --target /tmp/site 2>&1 | tail -5 | tee "$OUT/install.log" || return 3
 }
 
-gpu_checks() {  # P8's tiles x split caps at bs 1, the kernels per layer call; P8 and P11 on the GPU if asked
-  if [ "${GPU_CHECKS:-0}" = 1 ]; then
-    log "P8 and P11 on the GPU"
-    SGLB_GPU_RECORD=$OUT/gpu-record.jsonl PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 200 python3 -m pytest \
-      -q -m gpu -p no:cacheprovider test/gpu/test_verify_splitkv_gpu.py test/gpu/test_draft_extend_splitkv_gpu.py \
-      2>&1 | tail -15 | tee "$OUT/p8-p11-gpu-test.log"
-  fi
-  log "kernels per layer call; P8's tiles x split caps at 128k, bs 1"
-  PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 150 python3 benchmark/lab/verify_kernel_bench.py --out "$OUT" \
-    --shapes target --contexts 32768 131072 --batch 1 --splits 64 128 256 --calls 10 --reps 5 --warmup 2 \
-    --no-per-head 2>&1 | tail -30
+gpu_checks() {  # P8 and P11 on the GPU, errors against their bounds (GPU_CHECKS=1)
+  [ "${GPU_CHECKS:-0}" = 1 ] || return 0
+  log "P8 and P11 on the GPU"
+  SGLB_GPU_RECORD=$OUT/gpu-record.jsonl PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 200 python3 -m pytest \
+    -q -m gpu -p no:cacheprovider test/gpu/test_verify_splitkv_gpu.py test/gpu/test_draft_extend_splitkv_gpu.py \
+    2>&1 | tail -15 | tee "$OUT/p8-p11-gpu-test.log"
+}
+
+kernel_bench() {  # P8's split rule as shipped (no cap: the kernel's own split_count), then the caps at 128k, bs 1
+  local left=$(( ${KERNEL_END_S:-570} - ($(date +%s) - T0) ))
+  [ "$left" -gt 40 ] || { log "kernel bench: skipped, ${left} s left in the call"; return 0; }
+  log "kernels per layer call, the split rule as shipped and capped at 64 / 128 (${left} s left)"
+  PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout "$left" python3 benchmark/lab/verify_kernel_bench.py \
+    --out "$OUT" --shapes target mla --contexts 32768 65536 131072 --batch 1 4 --splits 64 128 --calls 10 \
+    --reps 5 --warmup 2 --no-per-head --no-tiles 2>&1 | tail -30
 }
 
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
   install_bundle || return 3
   [ "$3" = B ] && gpu_checks
-  local left=$(( 550 - ($(date +%s) - T0) ))
+  local left=$(( ${ARM_END_S:-550} - ($(date +%s) - T0) ))
   log "$2 arm of $1, deadline ${left} s"
   bench_arm "$1" "$2" "$3" "$left"
 }
 
 case "${1:-}" in
   A) stepA ;;
-  B) arm_step "$LONG64" baseline B ;;
-  C) arm_step "$LONG128" eagle3-mla C ;;
-  D) arm_step "$LONG128" baseline D ;;
-  E) arm_step "$LONG64" eagle3 E ;;
-  F) arm_step "$LONG128" eagle3 F ;;
+  B) arm_step "$LONG128" eagle3-mla B ;;
+  C) arm_step "$LONG128" eagle3 C ;;
+  D) ARM_END_S=480 arm_step "$LONG128" baseline D; rc=$?; kernel_bench; (exit $rc) ;;
+  E) arm_step "$LONG64" baseline E ;;
+  F) arm_step "$LONG64" eagle3 F ;;
+  K) install_bundle && GPU_CHECKS=1 gpu_checks && KERNEL_END_S=330 kernel_bench ;;
   *) usage; exit 2 ;;
 esac
 rc=$?
