@@ -10,15 +10,15 @@
 #   B  carry .whl/c2  install the bundle into /tmp/site; the 128k config's eagle3-mla arm (the MLA draft)
 #                     (GPU_CHECKS=1 first runs P8 and P11 on the GPU, errors against their bounds to gpu-record.jsonl)
 #   C  (nothing)      the 128k config's eagle3 arm (the GQA draft)
-#   D  (nothing)      the 128k config's baseline arm, then P8's split rule as shipped at 32k-128k, bs 1 and 4, and
-#                     the tiles x split caps at 128k, bs 1 (verify_kernel_bench.py), in the time the call has left
+#   D  (nothing)      the 128k config's baseline arm, then the kernels per layer call at 32k-128k, bs 1 and 4, and
+#                     the default tile capped at 64 / 128 splits (verify_kernel_bench.py), in the time the call has left
 #   E  (nothing)      the 64k config's baseline arm
+#   F  (nothing)      the 64k config's eagle3 arm (the GQA draft)
 #   K  carry .whl/c2  (a machine gone cold after A) install the bundle, P8 and P11 on the GPU (errors against their
 #                     bounds), then D's kernel bench; no arm
-#   F  (nothing)      the 64k config's eagle3 arm (the GQA draft)
 #   B-F install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|K
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -73,7 +73,7 @@ gpu_checks() {  # P8 and P11 on the GPU, errors against their bounds (GPU_CHECKS
     2>&1 | tail -15 | tee "$OUT/p8-p11-gpu-test.log"
 }
 
-kernel_bench() {  # P8's split rule as shipped (no cap: the kernel's own split_count), then the caps at 128k, bs 1
+kernel_bench() {  # the kernels per layer call; the default tile at split caps 64 (the old rule) and 128
   local left=$(( ${KERNEL_END_S:-570} - ($(date +%s) - T0) ))
   [ "$left" -gt 40 ] || { log "kernel bench: skipped, ${left} s left in the call"; return 0; }
   log "kernels per layer call, the split rule as shipped and capped at 64 / 128 (${left} s left)"
