@@ -11,6 +11,7 @@ from ..artifacts.fatbin import Arch
 from ..artifacts.wheel import MARKER_FILE
 from . import sglang_env
 from .allreduce_paths import package_dir
+from .attention_backend import UPSTREAM_VERIFY_KERNEL, VERIFY_KERNEL
 from .doctor_check import INSTALL, TARGET_CAPABILITY, Check, Context, item
 from .sglang_env import Reading
 from .stackinfo import arch_covered, dist_facts, kernel_facts, trtllm_comm_probe
@@ -141,6 +142,7 @@ def check_kernel_sass(c: Context) -> Check:
 
 SPLITKV_ENV = "SGLANG_ENABLE_SPLITKV_VERIFY"
 WARMUP_ENV = "SGLANG_ENABLE_BATCH_SIZE_WARMUP"
+OTHER_BACKENDS = ("flashinfer", "fa3", "trtllm_mla", "flashmla", "cutlass_mla")  # sglang MLA backends, not P8's
 SPLITKV_MAJORS = (9, 12)  # where P8's split-KV verify kernel is built and validated (the backend's gate)
 
 
@@ -169,6 +171,7 @@ def check_spec_verify(c: Context) -> Check:
             "env_read": {r.name: {"value": r.value, "on": r.on, "understood": r.understood} for r in (split, warm)},
             "env_rule": env.rule.source}
     parts, fix, status = [], None, "ok"
+    kernel = UPSTREAM_VERIFY_KERNEL  # what target-verify attention runs under --attention-backend triton
     where = "this GPU" if not c.no_gpu else f"capability {TARGET_CAPABILITY} (the target; no GPU here)"
     if "P8" not in patches:
         parts.append(f"sglang {c.sglang['version']} has no split-KV target-verify on CUDA: verify attention walks "
@@ -186,6 +189,14 @@ def check_spec_verify(c: Context) -> Check:
     else:
         parts.append(f"split-KV target-verify (P8) on for {where}: MLA targets (DeepSeek-V3, Kimi-K2.x) at "
                      f"--speculative-eagle-topk 1 with --attention-backend triton ({split.text()})")
+        kernel = VERIFY_KERNEL
+        parts.append(f"verify kernel: {VERIFY_KERNEL} under --attention-backend triton (what `sglang-blackwell "
+                     "serve` adds to a speculative launch on SM12x, and sglang's default for MLA models there); "
+                     f"under any other backend ({', '.join(OTHER_BACKENDS)}) P8 does not run and verify runs that "
+                     "backend's own kernels, which no receipt of ours measured")
+    if kernel == UPSTREAM_VERIFY_KERNEL:
+        parts.append(f"verify kernel: {UPSTREAM_VERIFY_KERNEL} under --attention-backend triton")
+    data["verify_kernel"] = kernel
     if "P9" not in patches:
         parts.append("no first-use warm-up: the first concurrent burst after a start waits for kernels to compile "
                      "(~10 s on the lab)")

@@ -3,7 +3,8 @@
 Launches `python -m sglang.launch_server` with the all-reduce dispatch the tuner measured for this box (the
 per-topology table `bench allreduce --tune` writes) turned into the patched server's upstream-style knobs (P7:
 env vars, fusion / symm-mem flags), the NCCL profile for the topology, and the recommended flags for the
-detected topology and TP size. It prints what it chose and why before it starts the server. What the user set
+detected topology and TP size (on SM12x, a speculative launch gets the attention backend its receipts measured:
+box/attention_backend.py). It prints what it chose and why before it starts the server. What the user set
 (flags on the command line, variables in the environment) always wins. A --host beyond loopback without
 --api-key is refused unless --allow-unauthenticated (box/exposure.py).
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..patchset.bases import Base, list_bases, serving_line
-from . import exposure, sglang_argv
+from . import attention_backend, exposure, sglang_argv
 from .allreduce_table import SYMM_MEM_FLAG, default_table_path, knobs_from_table, load_table, topology_key
 from .topology import Topology
 
@@ -121,6 +122,11 @@ def plan(sglang_args: list[str], *, topology: Topology, table_path: Path | None,
         flags.append("--disable-custom-all-reduce")
         why.append("--disable-custom-all-reduce: sglang's custom all-reduce does not run on more than two "
                    "PCIe-only GPUs (this states it instead of a start-up warning)")
+
+    # the attention backend the speculative receipts measured (P8 / P11 are Triton kernels), unless the user chose
+    choice = attention_backend.choose(parsed, topology)
+    flags += choice.flags
+    why.append(choice.why)
 
     # NCCL: the profile the table recommends, else the one for this topology; setdefault semantics
     requested = profile or knobs.get("nccl_profile") or "auto"

@@ -17,6 +17,12 @@ add_cli_args, server_args_config_parser.py), not guessed:
 sglang itself accepts --tp 0 or -3 and fails later; serve refuses a TP size < 1 or above limits.MAX_TP up front.
 - who can reach the server: --host (default 127.0.0.1), --api-key, --admin-api-key (type str, the last one wins;
   abbreviations from --ho, --ap, --ad: no other flag of these versions starts so), for box/exposure.py.
+- the attention backend the user chose: --attention-backend, --prefill-attention-backend,
+  --decode-attention-backend (default None each; abbreviations from --attention-b, --prefill-a, --decode-a:
+  --attention-context-parallel-size, --attention-data-parallel-size, --prefill-delayer-..., --decode-log-interval
+  share the shorter prefixes), and whether speculation is on: --speculative-algorithm (default None; from
+  --speculative-al: --speculative-accept-threshold-..., --speculative-adaptive, --speculative-attention-mode share
+  --speculative-a), for box/attention_backend.py.
 The YAML file is input from outside: read whole only up to CONFIG_MAX_BYTES, and its data walked (aliases
 expanded) only up to CONFIG_MAX_DEPTH levels and CONFIG_MAX_VALUES values, so a billion-laughs file or a deeply
 nested one is one line naming it, never a hang or a RecursionError.
@@ -37,6 +43,11 @@ TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
 # who can reach the server (box/exposure.py): flag -> the shortest abbreviation argparse takes for it (no other
 # flag of 0.5.9, 0.5.14, 0.5.23 starts with --ho, --ap or --ad)
 ACCESS_FLAGS = {"--host": "--ho", "--api-key": "--ap", "--admin-api-key": "--ad"}
+# the attention backend per phase, and the speculative algorithm (box/attention_backend.py): flag -> the shortest
+# abbreviation argparse takes for it in all three lines
+ATTENTION_FLAGS = {"--attention-backend": "--attention-b", "--prefill-attention-backend": "--prefill-a",
+                   "--decode-attention-backend": "--decode-a"}
+SPECULATIVE_FLAGS = {"--speculative-algorithm": "--speculative-al"}
 NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's: such a token is a value, not a flag
 YAML_SUFFIXES = (".yaml", ".yml")
 CONFIG_MAX_BYTES = 1 << 20  # a server's option file: 1 MiB is thousands of options
@@ -54,6 +65,8 @@ class SglangArgv:
     host_setting: str | None = None  # where that came from, as the user wrote it
     api_key_set: bool = False  # a non-empty --api-key
     admin_api_key_set: bool = False  # a non-empty --admin-api-key
+    attention_settings: list[str] = field(default_factory=list)  # each attention-backend flag, as written
+    speculative: str | None = None  # the --speculative-algorithm sglang keeps (None: no speculation)
 
     def tp_why(self) -> str:
         if not self.tp_settings:
@@ -76,13 +89,18 @@ def tp_flag(token: str) -> str | None:
     return hits[0] if len(name) >= 4 and len(hits) == 1 else None
 
 
-def access_flag(token: str) -> str | None:
-    """The host / key flag a token spells for argparse (exactly, or as an unambiguous abbreviation)."""
+def spelled_flag(token: str, flags: dict[str, str]) -> str | None:
+    """The flag of `flags` (flag -> its shortest unambiguous abbreviation) a token spells for argparse, exactly
+    or abbreviated."""
     if not token.startswith("--") or token == "--":
         return None
     name = token.split("=", 1)[0]
-    return next((f for f, shortest in ACCESS_FLAGS.items() if f.startswith(name) and name.startswith(shortest)),
-                None)
+    return next((f for f, shortest in flags.items() if f.startswith(name) and name.startswith(shortest)), None)
+
+
+def access_flag(token: str) -> str | None:
+    """The host / key flag a token spells for argparse (exactly, or as an unambiguous abbreviation)."""
+    return spelled_flag(token, ACCESS_FLAGS)
 
 
 def mask_keys(argv: list[str]) -> list[str]:
@@ -142,6 +160,8 @@ def read(args: list[str]) -> SglangArgv:
     settings: list[str] = []
     tp = 1
     access: dict[str, tuple[str, str]] = {}  # flag -> (value, as written), the last one wins
+    attention: list[str] = []
+    speculative: str | None = None
     i = 0
     while i < len(tokens):
         tok, where = tokens[i]
@@ -150,6 +170,11 @@ def read(args: list[str]) -> SglangArgv:
         if access_flag(tok):
             value, shown, i = _flag_value(tokens, i, "a value")
             access[access_flag(tok)] = (value, shown + (f" in {config}" if where else ""))
+        elif spelled_flag(tok, ATTENTION_FLAGS):
+            _, shown, i = _flag_value(tokens, i, "an attention backend")
+            attention.append(shown + (f" in {config}" if where else ""))
+        elif spelled_flag(tok, SPECULATIVE_FLAGS):
+            speculative, _, i = _flag_value(tokens, i, "a speculative algorithm")
         flag = tp_flag(tok)
         if flag:
             value, shown, i = _flag_value(tokens, i, "the tensor-parallel size")
@@ -168,7 +193,8 @@ def read(args: list[str]) -> SglangArgv:
     return SglangArgv(tokens=[t for t, _ in tokens], tp=tp, tp_settings=settings, config=config,
                       host=host[0] if host else None, host_setting=host[1] if host else None,
                       api_key_set=bool(access.get("--api-key", ("", ""))[0]),
-                      admin_api_key_set=bool(access.get("--admin-api-key", ("", ""))[0]))
+                      admin_api_key_set=bool(access.get("--admin-api-key", ("", ""))[0]),
+                      attention_settings=attention, speculative=speculative or None)
 
 
 def _config_tokens(path_text: str) -> list[tuple[str, str | None]]:

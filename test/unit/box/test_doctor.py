@@ -457,6 +457,10 @@ def test_spec_verify_says_what_an_eagle3_server_does_at_long_context(tmp_path, m
     on = spec(patched, Topology.simulated(8, capability="12.0"))
     assert on["status"] == "ok" and "split-KV target-verify (P8) on" in on["detail"], on
     assert "first-use warm-up (P9) on" in on["detail"] and on["data"]["patches"] == ["P8", "P9"]
+    # the kernel target-verify runs, named, and where it does not run
+    assert "verify kernel: P8's grouped split-KV kernel (triton_ops/verify_shared_kv.py)" in on["detail"]
+    assert "under any other backend (flashinfer" in on["detail"] and "P8 does not run" in on["detail"]
+    assert on["data"]["verify_kernel"].startswith("P8's grouped split-KV kernel")
     monkeypatch.setenv("SGLANG_ENABLE_SPLITKV_VERIFY", "0")
     off = spec(patched, Topology.simulated(8, capability="12.0"))
     assert off["status"] == "info" and "turned off by SGLANG_ENABLE_SPLITKV_VERIFY='0' (off)" in off["detail"]
@@ -466,3 +470,6 @@ def test_spec_verify_says_what_an_eagle3_server_does_at_long_context(tmp_path, m
     plain = spec(upstream, Topology.simulated(8, capability="12.0"))
     assert plain["status"] == "warn" and "no split-KV target-verify" in plain["detail"]
     assert "no first-use warm-up" in plain["detail"] and "sglang-blackwell install" in plain["fix"]
+    assert "verify kernel: upstream's extend_attention_fwd" in plain["detail"]
+    assert plain["data"]["verify_kernel"].startswith("upstream's extend_attention_fwd")
+    assert other["data"]["verify_kernel"].startswith("upstream's extend_attention_fwd")  # SM100: P8 gated off

@@ -162,3 +162,24 @@ def test_user_docs_name_the_current_labels():
             seen += 1
             assert m[1] in current and m[0] == current[m[1]], f"{doc}: {m[0]}, the base's label is {current.get(m[1])}"
     assert seen >= 3
+
+
+def test_user_docs_and_target_configs_name_the_measured_attention_backend():
+    """Every EAGLE-3 command in README.md and docs/docker-and-release.md, and the target box's configs, pass the
+    attention backend the receipts measured (box/attention_backend.py), never one where P8 and P11 do not run."""
+    from sglang_blackwell.bench.eagle3.config import load_config
+    from sglang_blackwell.box.attention_backend import FLAG, MEASURED_BACKEND
+
+    commands = 0
+    for doc in ("README.md", "docs/docker-and-release.md"):
+        for block in re.findall(r"```\n(.*?)```", (REPO / doc).read_text(), re.S):
+            command = block.replace("\\\n", " ")
+            if "--speculative-algorithm" not in command:
+                continue
+            commands += 1
+            backends = re.findall(rf"{FLAG}[ =](\S+)", command)
+            assert backends == [MEASURED_BACKEND], f"{doc}: {FLAG} {backends} in: {' '.join(command.split())}"
+    assert commands >= 3
+    for name in ("kimi-k2.5-8xpcie", "kimi-k2.5-8xpcie-grid"):
+        args = load_config(REPO / "benchmark" / f"{name}.toml").server.args
+        assert [b for a, b in zip(args, args[1:], strict=False) if a == FLAG] == [MEASURED_BACKEND], name
