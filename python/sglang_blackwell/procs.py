@@ -339,34 +339,96 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM/SIGHUP to us: unwinds like Ctrl-C, so every `with` that owns a session takes it down."""
 
 
+# Ctrl-C, SIGTERM and SIGHUP received inside signals_as_interrupt (depth: how many of those scopes are open). The
+# exception a handler raises can be lost: Python raises it at whatever bytecode runs when the signal is handled,
+# and when that is a finalizer (the HTTPError of every 503 a health poll gets is closed by one:
+# tempfile._TemporaryFileCloser.__del__) it prints "Exception ignored" and drops it; inside
+# threading.Condition.wait (every request's threading.Timer starts with one) it turns into "RuntimeError: release
+# unlocked lock". So the signal is written down too, and raise_if_interrupted() raises it again where a loop can
+# ask (a health poll, the next arm): once interrupted, the scope stays interrupted.
+_interrupts: dict[str, Any] = {"depth": 0, "got": []}
+
+
+def _as_exception(signum: int) -> KeyboardInterrupt:
+    """Ctrl-C is a plain KeyboardInterrupt (what Python raises for it); SIGTERM/SIGHUP are `Interrupted`."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(f"signal {signal.Signals(signum).name}")
+
+
+def _record(signum: int) -> None:
+    if _interrupts["depth"]:
+        _interrupts["got"].append(signum)
+
+
+def interrupted() -> int | None:
+    """The first interrupt signal received in the open signals_as_interrupt scope, or None."""
+    return _interrupts["got"][0] if _interrupts["got"] else None
+
+
+def raise_if_interrupted() -> None:
+    """Raise again the interrupt this scope received, if any (its first raise may have been lost, see above)."""
+    signum = interrupted()
+    if signum is not None:
+        raise _as_exception(signum)
+
+
+def _install(handlers: dict[int, Any], old: dict[int, Any]) -> None:
+    """Set each signal's handler, the old one noted in `old` first: a signal that lands halfway leaves there
+    exactly the ones the caller's `finally` must put back (a handler of ours left behind would hold Ctrl-C for
+    good)."""
+    for s, h in handlers.items():
+        old[s] = signal.getsignal(s)
+        signal.signal(s, h)
+
+
+def _restore(old: dict[int, Any]) -> None:
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def _taken_over(sigs: tuple[int, ...]) -> tuple[int, ...]:
+    """The signals of `sigs` not ignored: a SIGINT a background job or nohup inherited as SIG_IGN stays ignored."""
+    return tuple(s for s in sigs if signal.getsignal(s) is not signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def signals_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into `Interrupted` for the duration."""
+    """Turn SIGTERM and SIGHUP into `Interrupted`, and Ctrl-C into KeyboardInterrupt, for the duration; each is
+    also written down for raise_if_interrupted (Python can drop the exception, not the record)."""
     def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(f"signal {signal.Signals(signum).name}")
+        _record(signum)
+        raise _as_exception(signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old: dict[int, Any] = {}
+    _interrupts["depth"] += 1
     try:
+        sigs = _taken_over((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+        _install(dict.fromkeys(sigs, handler), old)
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        _restore(old)
+        _interrupts["depth"] -= 1
+        if not _interrupts["depth"]:
+            _interrupts["got"].clear()
 
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C/SIGTERM/SIGHUP while a bounded teardown runs, then act on them (a second Ctrl-C must not
-    leave a session half-killed)."""
+    """Hold Ctrl-C/SIGTERM/SIGHUP while a bounded step runs (a teardown, a start), then act on them (a second
+    Ctrl-C must not leave a session half-killed, one during a start must not leave a session no one owns)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     got: list[int] = []
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, lambda signum, _f: got.append(signum)) for s in sigs}
+
+    def hold(signum: int, _frame: Any) -> None:
+        _record(signum)
+        got.append(signum)
+
+    old: dict[int, Any] = {}
     try:
+        _install(dict.fromkeys(_taken_over((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)), hold), old)
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        _restore(old)
     if got:
         raise Interrupted(f"signal {signal.Signals(got[0]).name} (held until the session was down)")

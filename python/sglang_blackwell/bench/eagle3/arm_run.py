@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ... import procs
 from . import client, grid, launcher, preflight, prompts, sglang_api, triton_cache, vllm_api, window
 from .config import BenchConfig
 from .config_arms import ArmSpec
@@ -102,9 +103,13 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
         rec.update(error=str(e), fatal=True)
         progress(f"  TEARDOWN FAILED: {e}")
     except (ServerError, client.RequestError, BenchRunError) as e:
+        procs.raise_if_interrupted()  # the failure of an interrupted arm run is the interrupt (see below)
         rec["error"] = str(e)
         progress(f"  FAILED: {str(e).splitlines()[0]}")
     except Exception as e:  # anything else costs this arm run, not the runs already measured
+        # unless it stands for a Ctrl-C: Python turns the KeyboardInterrupt into another exception where it lands
+        # in threading.Condition.wait ("RuntimeError: release unlocked lock"), and the harness must stop
+        procs.raise_if_interrupted()
         rec["error"] = f"{type(e).__name__}: {e}"
         # where it came from (an unexpected error is a bug of ours or of the host): the innermost frames
         rec["error_where"] = [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_tb(e.__traceback__)[-6:]]

@@ -235,6 +235,7 @@ def run_all(cfg: BenchConfig, arms: list[str], repeats: int, stem: Path, *, atta
             t = time.monotonic()
             rec = run_arm(cfg, cfg.arms[arm], rep, stem, url=attach.get(arm) if attach else None,
                           progress=progress, chosen=chosen)
+            procs.raise_if_interrupted()  # a Ctrl-C Python dropped mid-arm: no next arm (procs: _interrupts)
             rec["host"] = host
             longest = max(longest, time.monotonic() - t)
             append_run(runs_path, cfg, rec)

@@ -163,6 +163,9 @@ def wait_healthy(server: Server, proc: subprocess.Popen | None, timeout_s: float
     t0 = time.monotonic()
     next_note = 30.0
     while True:
+        # a Ctrl-C whose KeyboardInterrupt a poll's finalizer dropped would otherwise leave us polling until
+        # timeout_s, and the harness would go on to the next arm (procs: _interrupts)
+        procs.raise_if_interrupted()
         elapsed = time.monotonic() - t0
         if proc is not None and proc.poll() is not None:
             raise ServerError(f"server exited with code {proc.returncode} after {elapsed:.0f} s before it "
@@ -192,6 +195,32 @@ def launched_server(server: Server, cmd: list[str], env: dict[str, str], *, star
     own_listener: the server's socket must belong to the session (False for a launcher whose server runs
     elsewhere, such as `docker run`: a container's port is held by its runtime's processes)."""
     assert server.log_path is not None
+    pidfile = os.environ.get(PIDFILE_ENV)
+    proc: subprocess.Popen | None = None
+    try:
+        # a Ctrl-C during the start is held until the session is ours on record (started, told to the watcher,
+        # its id in the pid file) and raised here, inside the `try`: before, it could leave a server that no
+        # teardown, or not even the watcher, knew of
+        with procs.signals_deferred():
+            proc = _start(server, cmd, env)
+            if pidfile:  # lets a later lab call end a session a hard-killed harness left behind, by its id
+                Path(pidfile).write_text(f"{proc.pid}\n")
+        server.startup_s = wait_healthy(server, proc, startup_timeout_s, progress)
+        ensure_ours(server, proc, "answered /health", own_listener=own_listener)
+        yield server
+        # what answered all along was ours, and it is still up
+        ensure_ours(server, proc, "was measured", own_listener=own_listener)
+    finally:
+        if proc is not None:
+            with procs.signals_deferred():  # a second Ctrl-C must not leave the server half-killed
+                server.teardown = terminate_session(proc, grace_s, gpu_release_s=gpu_release_s, progress=progress)
+        if pidfile and proc is not None:  # ours only: a start that failed leaves an earlier run's record
+            Path(pidfile).unlink(missing_ok=True)
+
+
+def _start(server: Server, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start `cmd` in a session of its own, stdout+stderr to server.log_path (headed by the command)."""
+    assert server.log_path is not None
     server.log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(server.log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -201,20 +230,7 @@ def launched_server(server: Server, cmd: list[str], env: dict[str, str], *, star
         except OSError as e:
             raise ServerError(f"cannot start server ({cmd[0]}): {e}") from None
     server.pid = proc.pid
-    pidfile = os.environ.get(PIDFILE_ENV)
-    if pidfile:  # lets a later lab call end a session a hard-killed harness left behind, by its id
-        Path(pidfile).write_text(f"{proc.pid}\n")
-    try:
-        server.startup_s = wait_healthy(server, proc, startup_timeout_s, progress)
-        ensure_ours(server, proc, "answered /health", own_listener=own_listener)
-        yield server
-        # what answered all along was ours, and it is still up
-        ensure_ours(server, proc, "was measured", own_listener=own_listener)
-    finally:
-        with procs.signals_deferred():  # a second Ctrl-C must not leave the server half-killed
-            server.teardown = terminate_session(proc, grace_s, gpu_release_s=gpu_release_s, progress=progress)
-        if pidfile:
-            Path(pidfile).unlink(missing_ok=True)
+    return proc
 
 
 def ensure_ours(server: Server, proc: subprocess.Popen, when: str, *, own_listener: bool = True) -> None:

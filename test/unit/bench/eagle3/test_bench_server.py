@@ -4,6 +4,7 @@ them to another process group), the whole session must be gone afterwards, and t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -132,17 +133,43 @@ def test_gpu_process_left_behind_is_an_error(tmp_path: Path) -> None:
         os.environ["PATH"] = old_path
 
 
+SIGINT_HARNESS = Path(__file__).resolve().parents[3] / "support" / "sigint_harness.py"
+
+
+def stubborn_harness(tmp_path: Path, *entry: str) -> tuple[list[str], Path]:
+    """A `bench eagle3` command line (run by `entry`, default `python -m sglang_blackwell.cli`) whose first
+    server ignores SIGTERM, has a child and stays unhealthy for 60 s; and the file that server writes its pids to."""
+    pid_file = tmp_path / "p.json"
+    stubborn = {"FAKE_STARTUP_S": "60", "FAKE_IGNORE_SIGTERM": "1", "FAKE_SPAWN_CHILD": "1",
+                "FAKE_PID_FILE": str(pid_file)}
+    cfg = write_config(tmp_path, baseline_env=stubborn, model_dirs=True)
+    entry = entry or ("-m", "sglang_blackwell.cli")
+    return [sys.executable, *entry, "bench", "eagle3", "--config", str(cfg), "--out", str(tmp_path / "out"),
+            "--no-plots"], pid_file
+
+
+def run_to_the_end(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, out
+
+
+def assert_interrupted_receipt(tmp_path: Path) -> None:
+    receipt = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert receipt["complete"] is False and receipt["summary"]["passed"] is False
+
+
 def test_ctrl_c_to_the_harness_kills_the_server(tmp_path: Path) -> None:
     """A real `sglang-blackwell bench eagle3` process gets SIGINT while its server (which ignores SIGTERM and
     has a child) is still starting: the harness exits 130 and leaves no process of the server behind."""
-    stubborn = {"FAKE_STARTUP_S": "60", "FAKE_IGNORE_SIGTERM": "1", "FAKE_SPAWN_CHILD": "1",
-                "FAKE_PID_FILE": str(tmp_path / "p.json")}
-    cfg = write_config(tmp_path, baseline_env=stubborn, model_dirs=True)
-    cmd = [sys.executable, "-m", "sglang_blackwell.cli", "bench", "eagle3", "--config", str(cfg),
-           "--out", str(tmp_path / "out"), "--no-plots"]
+    cmd, pid_file = stubborn_harness(tmp_path)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        pids = wait_for_file(tmp_path / "p.json")
+        pids = wait_for_file(pid_file)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
@@ -152,8 +179,40 @@ def test_ctrl_c_to_the_harness_kills_the_server(tmp_path: Path) -> None:
     assert proc.returncode == 130, out
     assert not alive(pids["server"]) and not alive(pids["child"]), out
     assert "interrupted" in out and "needed SIGKILL" in out
-    receipt = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
-    assert receipt["complete"] is False and receipt["summary"]["passed"] is False
+    assert_interrupted_receipt(tmp_path)
+
+
+@pytest.mark.parametrize("hook", ["finalizer", "replaced"])
+def test_a_ctrl_c_python_drops_or_replaces_still_stops_the_harness(tmp_path: Path, hook: str) -> None:
+    """The SIGINT of the test above, landing where Python loses its KeyboardInterrupt while the harness polls
+    /health (support/sigint_harness.py): in a finalizer, which drops it ("Exception ignored"), or in
+    threading.Condition.wait, which replaces it with a RuntimeError. Either way the harness stops: exit 130, the
+    server taken down, no next arm (it used to poll on for 20 s, fail the arm and start the next)."""
+    cmd, pid_file = stubborn_harness(tmp_path, str(SIGINT_HARNESS))
+    env = {**os.environ, "SIGINT_HOOK": hook, "SIGINT_HOOK_AFTER": str(pid_file)}
+    proc, out = run_to_the_end(cmd, env)
+    pids = json.loads(pid_file.read_text())
+    assert proc.returncode == 130, out
+    assert ("Exception ignored" in out) == (hook == "finalizer"), out  # the hook lost it as it says
+    assert not alive(pids["server"]) and not alive(pids["child"]), out
+    assert "interrupted" in out and "needed SIGKILL" in out and "[2/4]" not in out, out
+    assert_interrupted_receipt(tmp_path)
+
+
+def test_a_ctrl_c_as_the_server_starts_leaves_no_server(tmp_path: Path) -> None:
+    """SIGINT right after the server's process started, before procs.start told the watcher of it: the harness
+    exits 130 and the server is gone (it used to live on, ours to no one: no teardown, no watcher)."""
+    cmd, _ = stubborn_harness(tmp_path, str(SIGINT_HARNESS))
+    started = tmp_path / "started.pid"
+    proc, out = run_to_the_end(cmd, {**os.environ, "SIGINT_HOOK": "start", "SIGINT_HOOK_PID": str(started)})
+    pid = int(started.read_text())
+    try:
+        assert proc.returncode == 130, out
+        assert "interrupted" in out and not alive(pid), out
+        assert_interrupted_receipt(tmp_path)
+    finally:  # without the fix nothing else would end it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def test_free_port_leaves_room_for_sglangs_derived_ports():
