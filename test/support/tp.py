@@ -26,7 +26,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, queue, sglang_init: bool) -> None:
+def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, queue, sglang_init: bool,
+            done, linger: float) -> None:
     phase = "setup-error"  # until the scenario starts, a failure is the process group's, not the scenario's
     try:
         init = f"tcp://127.0.0.1:{port}"
@@ -60,6 +61,11 @@ def _worker(rank: int, world_size: int, port: int, target: str, kwargs: dict, qu
         queue.put((rank, "ok", fn(rank, world_size, **kwargs)))
     except BaseException:
         queue.put((rank, phase, traceback.format_exc()))
+    # Stay until every rank has reported. A rank that returned first and exited closed its end of the gloo pairs
+    # while a peer's last collective could still be sending to it: the peer then failed with "Connection closed by
+    # peer" (the P4 scenarios' flake on a loaded 2-core machine). The parent sets `done` once it has every result
+    # (or gives up); `linger` bounds the wait so that a parent gone away never leaves a rank behind.
+    done.wait(linger)
 
 
 # a rank that failed inside the scenario, but on the process group's transport (its peer went away while the
@@ -113,8 +119,10 @@ def _run_tp_once(world_size: int, target: str, kwargs: dict | None, timeout: flo
         _preimport(target, sglang_init)
     ctx = mp.get_context(start)
     queue = ctx.Queue()
+    done = ctx.Event()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world_size, port, target, kwargs or {}, queue, sglang_init))
+    procs = [ctx.Process(target=_worker,
+                         args=(r, world_size, port, target, kwargs or {}, queue, sglang_init, done, timeout))
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -128,6 +136,7 @@ def _run_tp_once(world_size: int, target: str, kwargs: dict | None, timeout: flo
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
             results[rank] = value
     finally:
+        done.set()
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
