@@ -4,11 +4,13 @@ under test, e.g. `_is_sm120_supported`, is computed at import time, so every sce
 The probe prints one JSON object on its last stdout line; `run_probe` returns it.
 
 How a probe process starts. Most of a probe's cost is importing what sglang imports (torch, transformers, openai,
-sympy, ...: ~10 s of CPU on a CI core, sglang's own modules ~1 s). So one zygote process per test session imports
-those third-party modules once (never sglang or flashinfer: they come from the trees) and forks a child per probe.
+sympy, ...: ~10 s of CPU on a CI core, sglang's own modules ~1 s). So a zygote process imports those third-party
+modules once per test session (never sglang or flashinfer: they come from the trees) and forks a child per probe.
 The child takes the probe's environment and puts the probe's trees first on sys.path, exactly where PYTHONPATH
-would put them, then runs the code as `python -c` would (`__main__`). `SGLB_PROBE_ZYGOTE=0` gives every probe a
-fresh interpreter instead, as before.
+would put them, then runs the code as `python -c` would (`__main__`). A preload that reads a variable at import
+time (IMPORT_TIME_ENV: TRITON_INTERPRET) is imported as that variable says, so there is one zygote per value the
+probes give those variables, started with them in its environment: a TRITON_INTERPRET=1 probe forks from a zygote
+whose `import triton` was interpreted. `SGLB_PROBE_ZYGOTE=0` gives every probe a fresh interpreter instead.
 """
 
 from __future__ import annotations
@@ -104,17 +106,22 @@ def _env(trees: list[Path], env: dict[str, str] | None) -> dict[str, str]:
     return full_env
 
 
-# variables a preloaded module reads when it is imported, so a probe that sets one needs a fresh interpreter:
-# TRITON_INTERPRET decides at `import triton` whether triton.language's own @jit helpers (tl.cdiv, ...) are
-# interpreted, and an interpreted kernel cannot call a compiled helper
+# variables a preloaded module reads when it is imported, so a probe forks from a zygote that imported it with the
+# probe's values (`_zygote`): TRITON_INTERPRET decides at `import triton` whether triton.language's own @jit helpers
+# (tl.cdiv, ...) are interpreted, and an interpreted kernel cannot call a compiled helper
 IMPORT_TIME_ENV = ("TRITON_INTERPRET",)
+
+
+def _import_time_key(env: dict[str, str]) -> tuple[str | None, ...]:
+    """The values (None: unset) a probe process with environment `env` gives IMPORT_TIME_ENV: its zygote's key."""
+    return tuple(env.get(k) for k in IMPORT_TIME_ENV)
 
 
 def run_probe(trees: list[Path], code: str, *, env: dict[str, str] | None = None, timeout: int = 240) -> dict:
     full_env = _env(trees, env)
     code = textwrap.dedent(code)
-    fresh = any(k in (env or {}) for k in IMPORT_TIME_ENV) or os.environ.get(ZYGOTE_ENV, "1") == "0"
-    zygote = None if fresh else _zygote()
+    fresh = os.environ.get(ZYGOTE_ENV, "1") == "0"
+    zygote = None if fresh else _zygote(_import_time_key(full_env))
     if zygote is not None:
         rc, stdout, stderr = zygote.run([str(t) for t in trees], code, full_env, timeout)
     else:
@@ -132,9 +139,16 @@ class ProbeError(RuntimeError):
 
 
 class _Zygote:
-    def __init__(self, argv: list[str] | None = None) -> None:
-        """Start the zygote (argv: another program speaking its protocol, for the reader's test)."""
+    def __init__(self, argv: list[str] | None = None, key: tuple[str | None, ...] | None = None) -> None:
+        """Start the zygote (argv: another program speaking its protocol, for the reader's test) with the
+        IMPORT_TIME_ENV values `key` (None: this process's) in its environment from its first line on, so its
+        preloads are imported as a probe with those values would import them."""
         env = _env([], None)
+        for k, v in zip(IMPORT_TIME_ENV, key, strict=True) if key is not None else ():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         argv = argv or [sys.executable, "-c", f"PRELOAD = {PRELOAD!r}\n" + ZYGOTE]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, bufsize=0)
@@ -185,12 +199,13 @@ class _Zygote:
             self.proc.wait()
 
 
-_the_zygote: _Zygote | None = None
+_zygotes: dict[tuple[str | None, ...], _Zygote] = {}
 
 
-def _zygote() -> _Zygote:
-    global _the_zygote
-    if _the_zygote is None or _the_zygote.proc.poll() is not None:
-        _the_zygote = _Zygote()
-        atexit.register(_the_zygote.close)
-    return _the_zygote
+def _zygote(key: tuple[str | None, ...]) -> _Zygote:
+    """The zygote for the IMPORT_TIME_ENV values `key`, started when first asked for (or after it died)."""
+    z = _zygotes.get(key)
+    if z is None or z.proc.poll() is not None:
+        z = _zygotes[key] = _Zygote(key=key)
+        atexit.register(z.close)
+    return z

@@ -1,9 +1,11 @@
-"""support.probe: probes forked from one zygote behave like fresh `python -c` interpreters (trees first on the
-path, the probe's environment, no state carried from one probe to the next, failures and timeouts reported) and
-the same probes give the same answers with SGLB_PROBE_ZYGOTE=0."""
+"""support.probe: probes forked from a zygote behave like fresh `python -c` interpreters (trees first on the path,
+the probe's environment, no state carried from one probe to the next, failures and timeouts reported), a probe
+that sets TRITON_INTERPRET forks from a zygote that imported triton with it, and the same probes give the same
+answers with SGLB_PROBE_ZYGOTE=0."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -83,6 +85,60 @@ def test_zygote_preloads_what_sglang_imports() -> None:
         pytest.skip("SGLB_PROBE_ZYGOTE=0")
     r = run_probe([], "import json, sys\nprint(json.dumps({'torch': 'torch' in sys.modules}))")
     assert r == {"torch": True}
+
+
+# where the probe runs (its parent, what was imported before it started) and how triton was imported there
+WHERE = """
+import json, os, sys
+out = {"ppid": os.getppid(), "torch": "torch" in sys.modules, "triton": "triton" in sys.modules,
+       "interpret": os.environ.get("TRITON_INTERPRET")}
+if out["triton"]:
+    import triton
+    import triton.language as tl
+    out["helper"] = type(tl.cdiv).__name__  # made by `@jit` when triton was imported: by the zygote
+    if out["interpret"] == "1":
+        import torch
+
+        @triton.jit
+        def _k(Out, n):
+            tl.store(Out + tl.program_id(0), tl.cdiv(n, 4))  # an interpreted kernel calling triton's own helper
+
+        o = torch.zeros(2, dtype=torch.int32)
+        _k[(2,)](o, 10)
+        out["kernel"], out["knob"], out["cdiv"] = type(_k).__name__, triton.knobs.runtime.interpret, o.tolist()
+print(json.dumps(out))
+"""
+
+
+def test_triton_interpret_forks_from_a_zygote_that_imported_triton_interpreted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRITON_INTERPRET is read at `import triton`: a probe that sets it once got a fresh interpreter (all of
+    torch's imports again, ~10 s a probe). It now forks from a zygote of its own, started with TRITON_INTERPRET=1
+    in its environment, and a probe without it from the other zygote."""
+    import support.probe as probe
+
+    monkeypatch.setenv("SGLB_PROBE_ZYGOTE", "1")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    plain = run_probe([], WHERE)
+    interp = run_probe([], WHERE, env={"TRITON_INTERPRET": "1"})
+    plain2 = run_probe([], WHERE)
+    # forked: torch already imported, the parent a zygote (a fresh `python -c` is the pytest process's child)
+    assert interp["torch"] and interp["ppid"] != os.getpid(), interp  # before: torch not loaded, pytest's child
+    assert plain["torch"] and plain["ppid"] == plain2["ppid"] != interp["ppid"], (plain, plain2, interp)
+    assert interp["ppid"] == probe._zygotes[("1",)].proc.pid and plain["ppid"] == probe._zygotes[(None,)].proc.pid
+    assert (interp["interpret"], plain["interpret"]) == ("1", None)
+    if importlib.util.find_spec("triton") is None:
+        return
+    assert interp["triton"] and plain["triton"]  # preloaded by each zygote ...
+    assert interp["helper"] == "InterpretedFunction" and plain["helper"] == "JITFunction"  # ... as its key says
+    assert (interp["kernel"], interp["knob"], interp["cdiv"]) == ("InterpretedFunction", True, [3, 3])
+
+
+def test_zygote_off_gives_fresh_interpreters_whatever_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLB_PROBE_ZYGOTE", "0")
+    for env in (None, {"TRITON_INTERPRET": "1"}):
+        r = run_probe([], WHERE, env=env)
+        assert (r["ppid"], r["torch"], r["triton"]) == (os.getpid(), False, False), (env, r)
 
 
 def test_protocol_lines_written_together_are_all_read() -> None:
