@@ -10,8 +10,9 @@
 #   B  carry .whl/c2  install the bundle into /tmp/site; the 128k config's eagle3-mla arm (the MLA draft)
 #                     (GPU_CHECKS=1 first runs P8 and P11 on the GPU, errors against their bounds to gpu-record.jsonl)
 #   C  (nothing)      the 128k config's eagle3 arm (the GQA draft)
-#   D  (nothing)      the 128k config's baseline arm, then the kernels per layer call at 32k-128k, bs 1 and 4, and
-#                     the default tile capped at 64 / 128 splits (verify_kernel_bench.py), in the time the call has left
+#   D  (nothing)      the 128k config's baseline arm, then the kernels per layer call at 32k-128k, bs 1 and 4: first
+#                     the drafts' Triton decode per cap on its KV splits, then verify and the default tile capped at
+#                     64 / 128 splits (verify_kernel_bench.py), in the time the call has left
 #   E  (nothing)      the 64k config's baseline arm
 #   F  (nothing)      the 64k config's eagle3 arm (the GQA draft)
 #   K  carry .whl/c2  (a machine gone cold after A) install the bundle, P8 and P11 on the GPU (errors against their
@@ -73,13 +74,18 @@ gpu_checks() {  # P8 and P11 on the GPU, errors against their bounds (GPU_CHECKS
     2>&1 | tail -15 | tee "$OUT/p8-p11-gpu-test.log"
 }
 
-kernel_bench() {  # the kernels per layer call; the default tile at split caps 64 (the old rule) and 128
+kernel_bench() {  # the kernels per layer call: first the GQA and MLA drafts' Triton decode (decode_attention_fwd)
+  # per cap on its KV splits (8: upstream's GQA cap; 64: P13's at 128k; 256: MLA's on an H200), then verify and
+  # draft-extend, the default tile at split caps 64 (the old rule) and 128; every row also in kernel-bench.log
   local left=$(( ${KERNEL_END_S:-570} - ($(date +%s) - T0) ))
   [ "$left" -gt 40 ] || { log "kernel bench: skipped, ${left} s left in the call"; return 0; }
-  log "kernels per layer call, the split rule as shipped and capped at 64 / 128 (${left} s left)"
+  log "Triton decode per split cap, kernels per layer call, the split rule as shipped and capped at 64 / 128" \
+    "(${left} s left)"
   PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout "$left" python3 benchmark/lab/verify_kernel_bench.py \
-    --out "$OUT" --shapes target mla --contexts 32768 65536 131072 --batch 1 4 --splits 64 128 --calls 10 \
-    --reps 5 --warmup 2 --no-per-head --no-tiles 2>&1 | tail -30
+    --out "$OUT" --decode gqa mla --decode-contexts 32768 131072 --decode-batch 1 4 \
+    --decode-splits 8 16 32 64 128 256 \
+    --shapes target mla --contexts 32768 65536 131072 --batch 1 4 --splits 64 128 --calls 10 \
+    --reps 5 --warmup 2 --no-per-head --no-tiles 2>&1 | tee "$OUT/kernel-bench.log" | tail -30
 }
 
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
