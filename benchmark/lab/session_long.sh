@@ -17,9 +17,14 @@
 #   F  (nothing)      the 64k config's eagle3 arm (the GQA draft)
 #   K  carry .whl/c2  (a machine gone cold after A) install the bundle, P8 and P11 on the GPU (errors against their
 #                     bounds), then D's kernel bench; no arm
-#   B-F install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
+#   J  carry .whl/c2  (after A) install the bundle, then the kernel bench alone (the drafts' decode per split cap
+#                     first); no arm, no GPU tests
+#   G  (nothing)      the 32k config's baseline arm (lab-kimi61-long-32k-c4.toml: c = 1 and 4, bench_serving at c=4)
+#   H  (nothing)      the 32k config's eagle3-mla arm
+#   I  (nothing)      the 32k config's eagle3 arm (the GQA draft)
+#   B-I install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|K
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -31,6 +36,7 @@ export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}
 LONG64=benchmark/lab-kimi61-long-64k.toml
 LONG128=benchmark/lab-kimi61-long-128k.toml
+LONG32C4=benchmark/lab-kimi61-long-32k-c4.toml
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
@@ -104,6 +110,10 @@ case "${1:-}" in
   E) arm_step "$LONG64" baseline E ;;
   F) arm_step "$LONG64" eagle3 F ;;
   K) install_bundle && GPU_CHECKS=1 gpu_checks && KERNEL_END_S=330 kernel_bench ;;
+  J) install_bundle && KERNEL_END_S=300 kernel_bench ;;
+  G) arm_step "$LONG32C4" baseline G ;;
+  H) arm_step "$LONG32C4" eagle3-mla H ;;
+  I) arm_step "$LONG32C4" eagle3 I ;;
   *) usage; exit 2 ;;
 esac
 rc=$?
