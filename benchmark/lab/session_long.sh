@@ -17,8 +17,8 @@
 #   F  (nothing)      the 64k config's eagle3 arm (the GQA draft)
 #   K  carry .whl/c2  (a machine gone cold after A) install the bundle, P8 and P11 on the GPU (errors against their
 #                     bounds), then D's kernel bench; no arm
-#   J  carry .whl/c2  (after A) install the bundle, then the kernel bench alone (the drafts' decode per split cap
-#                     first); no arm, no GPU tests
+#   J  carry .whl/c2  (after A) install the bundle, then the drafts' Triton decode per cap on its KV splits alone
+#                     (verify_kernel_bench.py --decode, ~1 min); no arm, no GPU tests
 #   G  (nothing)      the 32k config's baseline arm (lab-kimi61-long-32k-c4.toml: c = 1 and 4, bench_serving at c=4)
 #   H  (nothing)      the 32k config's eagle3-mla arm
 #   I  (nothing)      the 32k config's eagle3 arm (the GQA draft)
@@ -94,6 +94,14 @@ kernel_bench() {  # the kernels per layer call: first the GQA and MLA drafts' Tr
     --reps 5 --warmup 2 --no-per-head --no-tiles 2>&1 | tee "$OUT/kernel-bench.log" | tail -30
 }
 
+decode_bench() {  # the drafts' Triton decode alone, per cap on its KV splits (upstream's GQA 8, P13's 16-64, MLA's)
+  log "Triton decode per split cap (GQA and MLA drafts, 32k / 128k, bs 1 / 4)"
+  PYTHONPATH=/tmp/site:$PWD/python:$PWD/test timeout 150 python3 benchmark/lab/verify_kernel_bench.py \
+    --out "$OUT" --decode gqa mla --decode-contexts 32768 131072 --decode-batch 1 4 \
+    --decode-splits 8 16 32 64 128 256 --shapes --calls 10 --reps 5 --warmup 2 --no-per-head --no-tiles 2>&1 \
+    | tee "$OUT/kernel-bench.log" | tail -40
+}
+
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
   install_bundle || return 3
   [ "$3" = B ] && gpu_checks
@@ -110,7 +118,7 @@ case "${1:-}" in
   E) arm_step "$LONG64" baseline E ;;
   F) arm_step "$LONG64" eagle3 F ;;
   K) install_bundle && GPU_CHECKS=1 gpu_checks && KERNEL_END_S=330 kernel_bench ;;
-  J) install_bundle && KERNEL_END_S=300 kernel_bench ;;
+  J) install_bundle && decode_bench ;;
   G) arm_step "$LONG32C4" baseline G ;;
   H) arm_step "$LONG32C4" eagle3-mla H ;;
   I) arm_step "$LONG32C4" eagle3 I ;;
