@@ -33,8 +33,7 @@ class BackendChoice:
 
 
 def all_sm12x(topology: Topology) -> bool:
-    caps = topology.capabilities()
-    return bool(caps) and all(int(str(c).split(".")[0]) == SM12X_MAJOR for c in caps)
+    return topology.majors() == {SM12X_MAJOR}
 
 
 def choose(parsed: SglangArgv, topology: Topology) -> BackendChoice:

@@ -11,7 +11,7 @@ from ..artifacts.fatbin import Arch
 from ..artifacts.wheel import MARKER_FILE
 from . import sglang_env
 from .allreduce_paths import package_dir
-from .attention_backend import UPSTREAM_VERIFY_KERNEL, VERIFY_KERNEL
+from .attention_backend import SM12X_MAJOR, UPSTREAM_VERIFY_KERNEL, VERIFY_KERNEL
 from .doctor_check import INSTALL, TARGET_CAPABILITY, Check, Context, item
 from .sglang_env import Reading
 from .stackinfo import arch_covered, dist_facts, kernel_facts, trtllm_comm_probe
@@ -143,7 +143,7 @@ def check_kernel_sass(c: Context) -> Check:
 SPLITKV_ENV = "SGLANG_ENABLE_SPLITKV_VERIFY"
 WARMUP_ENV = "SGLANG_ENABLE_BATCH_SIZE_WARMUP"
 OTHER_BACKENDS = ("flashinfer", "fa3", "trtllm_mla", "flashmla", "cutlass_mla")  # sglang MLA backends, not P8's
-SPLITKV_MAJORS = (9, 12)  # where P8's split-KV verify kernel is built and validated (the backend's gate)
+SPLITKV_MAJORS = (9, SM12X_MAJOR)  # where P8's split-KV verify kernel is built and validated (the backend's gate)
 
 
 def _switch_part(r: Reading, what: str, rule: str) -> tuple[str, str | None]:
@@ -163,7 +163,7 @@ def check_spec_verify(c: Context) -> Check:
         return item("spec_verify", "n/a", "sglang is not installed here", INSTALL)
     patches = set(c.sglang.get("patches") or [])
     caps = c.topo.capabilities() or [TARGET_CAPABILITY]
-    majors = {int(str(cap).split(".")[0]) for cap in caps}
+    majors = c.topo.majors() or {SM12X_MAJOR}  # no GPU here: the target's (TARGET_CAPABILITY)
     env = sglang_env.installed(package_dir("sglang"), c.sglang.get("version"))
     split, warm = (env.read(SPLITKV_ENV, True, os.environ), env.read(WARMUP_ENV, True, os.environ))
     data = {"patches": sorted(patches & {"P8", "P9"}), "capabilities": list(caps),

@@ -182,6 +182,10 @@ class Topology:
     def capabilities(self) -> list[str]:
         return sorted({g.capability for g in self.gpus})
 
+    def majors(self) -> set[int]:
+        """The compute-capability majors of the box's GPUs (12 for every SM12x part); empty without GPUs."""
+        return {g.major for g in self.gpus}
+
     def link(self, a: int, b: int) -> Link | None:
         a, b = min(a, b), max(a, b)
         return next((lk for lk in self.links if (lk.a, lk.b) == (a, b)), None)
