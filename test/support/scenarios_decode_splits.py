@@ -21,6 +21,8 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any
 
+from support.scenarios_verify import _first_module
+
 BACKEND = "sglang.srt.layers.attention.triton_backend"
 SM_COUNT = 132  # an H200's; the RTX PRO 6000 Blackwell has 188 (the caps below are powers of two either way)
 ENV = "SGLANG_TRITON_DECODE_SPLITS_BY_CONTEXT"
@@ -146,14 +148,15 @@ def _splits(backend, seq_lens: list[int]) -> list[int]:
     return [int(v) for v in out]
 
 
+DECODE_MODULES = ("sglang.kernels.ops.attention.decode_attention",  # 0.5.23
+                  "sglang.srt.layers.attention.triton_ops.decode_attention")
+
+
 def _decode_module():
-    for name in ("sglang.kernels.ops.attention.decode_attention",
-                 "sglang.srt.layers.attention.triton_ops.decode_attention"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ImportError("no decode_attention module in this sglang")
+    m = _first_module(DECODE_MODULES)
+    if m is None:
+        raise ImportError("no decode_attention module in this sglang")
+    return m
 
 
 def dispatch_case(seq_len: int = 20480, decode: bool = True) -> dict:
