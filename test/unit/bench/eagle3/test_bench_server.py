@@ -148,8 +148,22 @@ def stubborn_harness(tmp_path: Path, *entry: str) -> tuple[list[str], Path]:
             "--no-plots"], pid_file
 
 
+# The harness keeps an inherited SIG_IGN of SIGINT (procs.signals_as_interrupt), as a program started with `&` or
+# nohup should; a test run started so (`nohup make test &`: a non-interactive shell ignores SIGINT in background
+# jobs) would hand that on and the harness would rightly ignore the test's Ctrl-C. These tests are about the Ctrl-C
+# of a user at a terminal, so the harness starts with SIGINT at its default: this interpreter sets it and execs
+# the command (same pid; exec keeps SIG_DFL).
+FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def from_a_terminal(cmd: list[str]) -> list[str]:
+    return [sys.executable, "-c", FROM_A_TERMINAL, *cmd]
+
+
 def run_to_the_end(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(from_a_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
     try:
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -167,7 +181,7 @@ def test_ctrl_c_to_the_harness_kills_the_server(tmp_path: Path) -> None:
     """A real `sglang-blackwell bench eagle3` process gets SIGINT while its server (which ignores SIGTERM and
     has a child) is still starting: the harness exits 130 and leaves no process of the server behind."""
     cmd, pid_file = stubborn_harness(tmp_path)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(from_a_terminal(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         pids = wait_for_file(pid_file)
         time.sleep(0.3)
