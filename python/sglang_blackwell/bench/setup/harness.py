@@ -84,8 +84,9 @@ def _said(rec: dict[str, Any]) -> str:
     text = f"{what}, {readme_block.duration(rec['wall_s'])}"
     if rec.get("pytest"):
         text += f" ({rec['pytest']['line']})"
-    if rec.get("probes") and rec["probes"].get("share_of_pytest") is not None:
-        text += f", per-patch probes {rec['probes']['share_of_pytest']:.0%} of pytest's time"
+    share = readme_block.probes_share_of_tests(rec.get("probes"))
+    if share is not None:
+        text += f", per-patch probes {share:.0%} of the tests' time"
     return text
 
 

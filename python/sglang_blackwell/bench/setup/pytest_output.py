@@ -17,6 +17,7 @@ WORDS = {"passed": "passed", "failed": "failed", "skipped": "skipped", "error": 
          "xfailed": "xfailed", "xpassed": "xpassed", "deselected": "deselected", "warning": "warnings",
          "warnings": "warnings", "rerun": "rerun"}
 ALWAYS = ("passed", "failed", "skipped", "errors")
+XDIST_WORKERS = re.compile(r"^(?P<n>\d+) workers \[\d+ items?\]\s*$")  # pytest-xdist: "2 workers [1628 items]"
 
 
 def summary_counts(output: str) -> dict[str, Any] | None:
@@ -34,6 +35,15 @@ def summary_counts(output: str) -> dict[str, Any] | None:
         for n, word in items:
             counts[WORDS[word]] = counts.get(WORDS[word], 0) + int(n)
         return {**counts, "seconds": float(m["secs"]), "line": line}
+    return None
+
+
+def xdist_workers(output: str) -> int | None:
+    """How many pytest-xdist workers ran the tests (its "N workers [M items]" line); None: no xdist."""
+    for raw in output.splitlines():
+        m = XDIST_WORKERS.match(ANSI.sub("", raw).strip())
+        if m:
+            return int(m["n"])
     return None
 
 

@@ -44,7 +44,8 @@ all:
 test:
 \t@sleep 0.2
 \t@echo "All checks passed!"
-\t@printf '\\033[32m==== 3 passed, 1 skipped, 2 warnings in 0.40s ====\\033[0m\\n'
+\t@echo "2 workers [4 items]"
+\t@printf '\\033[32m==== 3 passed, 1 skipped, 2 warnings in 0.20s ====\\033[0m\\n'
 \t@printf '%s\\n' '<testsuites><testsuite name="pytest">' CASES '</testsuite></testsuites>' > $(JUNIT)
 """
 
@@ -108,10 +109,13 @@ def test_fresh_clone_run_records_steps_machine_caches_and_the_readme_block(repo:
     assert test["command"] == ["make", "test", "PYTEST_ARGS=--junitxml=../logs/test.junit.xml"]
     assert test["exit_code"] == 0 and 0.2 <= test["wall_s"] < 10
     p = test["pytest"]
-    assert (p["passed"], p["skipped"], p["failed"], p["errors"], p["warnings"], p["seconds"]) == (3, 1, 0, 0, 2, 0.4)
+    assert (p["passed"], p["skipped"], p["failed"], p["errors"], p["warnings"], p["seconds"]) == (3, 1, 0, 0, 2, 0.2)
+    assert p["workers"] == 2
     probes = test["probes"]  # test.unit.patchesque is not under test/unit/patches/
     assert (probes["tests"], probes["seconds"], probes["all_tests"], probes["all_seconds"]) == (2, 0.35, 4, 0.4)
-    assert probes["share_of_pytest"] == 0.875 and probes["share_of_step"] == round(0.35 / test["wall_s"], 3)
+    # two workers: 0.4 s of test time in 0.2 s of pytest's; the probes' share is of the tests' time, not 0.35 / 0.2
+    assert probes["share_of_tests"] == 0.875 and probes["per_pytest_s"] == 1.75
+    assert probes["per_step_s"] == round(0.35 / test["wall_s"], 3)
     for step in (make, test):
         assert len(step["load_before"]) == 3 and len(step["load_after"]) == 3
     m = r["machine"]
@@ -140,7 +144,8 @@ def test_fresh_clone_run_records_steps_machine_caches_and_the_readme_block(repo:
                              f"([{path.name}](out/{path.name})):")
     assert re.fullmatch(r"- `make`: 0\.\d s", block[2])
     assert re.fullmatch(r"- `make test`: \d\.\d s \(3 passed, 1 skipped, 0 failed; the per-patch probes in "
-                        r"`test/unit/patches/` \(2 tests\) 88% of pytest's 0\.4 s\)", block[3])
+                        r"`test/unit/patches/` \(2 tests\) 88% of the tests' time; pytest 0\.2 s on 2 workers\)",
+                        block[3])
     assert block[4] == "- `make image-test`: not measured in this run"
     assert block[6] == f"Measured by `{' '.join(r['command'])}`."
     assert "stale" not in readme.read_text() and readme.read_text().endswith(f"{readme_block.END}\ntail\n")
