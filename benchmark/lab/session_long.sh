@@ -22,9 +22,13 @@
 #   G  (nothing)      the 32k config's baseline arm (lab-kimi61-long-32k-c4.toml: c = 1 and 4, bench_serving at c=4)
 #   H  (nothing)      the 32k config's eagle3-mla arm
 #   I  (nothing)      the 32k config's eagle3 arm (the GQA draft)
-#   B-I install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
+#   L  (nothing)      the 32k config with answers of 2048 tokens (lab-kimi61-long-32k-c4-2048.toml: c = 1 and 4, the
+#                     c = 4 requests decoding together): its baseline arm
+#   M  (nothing)      its eagle3-mla arm
+#   N  (nothing)      its eagle3 arm (the GQA draft)
+#   B-N install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -37,6 +41,7 @@ OUT=${OUT:-/tmp/out}
 LONG64=benchmark/lab-kimi61-long-64k.toml
 LONG128=benchmark/lab-kimi61-long-128k.toml
 LONG32C4=benchmark/lab-kimi61-long-32k-c4.toml
+LONG32C4L=benchmark/lab-kimi61-long-32k-c4-2048.toml
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
@@ -122,6 +127,9 @@ case "${1:-}" in
   G) arm_step "$LONG32C4" baseline G ;;
   H) arm_step "$LONG32C4" eagle3-mla H ;;
   I) arm_step "$LONG32C4" eagle3 I ;;
+  L) arm_step "$LONG32C4L" baseline L ;;
+  M) arm_step "$LONG32C4L" eagle3-mla M ;;
+  N) arm_step "$LONG32C4L" eagle3 N ;;
   *) usage; exit 2 ;;
 esac
 rc=$?

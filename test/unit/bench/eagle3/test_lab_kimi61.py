@@ -172,12 +172,13 @@ def test_grid_config_expectation_is_the_computed_one():
     assert abs(exp - (1 + sum(G.MISS_RATES))) <= tol  # the published rates' 2.04
 
 
-@pytest.mark.parametrize("name", ["lab-kimi61-long.toml", "lab-kimi61-long-128k.toml", "lab-kimi61-long-32k-c4.toml"])
+@pytest.mark.parametrize("name", ["lab-kimi61-long.toml", "lab-kimi61-long-128k.toml", "lab-kimi61-long-32k-c4.toml",
+                                  "lab-kimi61-long-32k-c4-2048.toml"])
 def test_long_config_expectation_is_the_computed_one(name):
-    """lab-kimi61-long.toml, its 128k cut and its 32k cut at c = 1 and 4: both drafts (GQA, MLA) draft the same
-    map, the accept length it expects is expect_accept.py's over the harness's prompts, every cell (with the
-    fold's last rounds left out) within the tolerance, the per-cell numbers its comment states the computed
-    ones; the verdict judges the decode rate."""
+    """lab-kimi61-long.toml, its 128k cut and its 32k cuts at c = 1 and 4 (answers of 256 and of 2048 tokens):
+    both drafts (GQA, MLA) draft the same map, the accept length it expects is expect_accept.py's over the
+    harness's prompts, every cell (with the fold's last rounds left out) within the tolerance, the per-cell
+    numbers its comment states the computed ones; the verdict judges the decode rate."""
     from sglang_blackwell.tomlio import tomllib
 
     path = ROOT / "benchmark" / name
