@@ -171,7 +171,7 @@ def check_spec_verify(c: Context) -> Check:
             "env_read": {r.name: {"value": r.value, "on": r.on, "understood": r.understood} for r in (split, warm)},
             "env_rule": env.rule.source}
     parts, fix, status = [], None, "ok"
-    kernel = UPSTREAM_VERIFY_KERNEL  # what target-verify attention runs under --attention-backend triton
+    p8_runs = False  # whether target-verify attention runs P8's kernel under --attention-backend triton
     where = "this GPU" if not c.no_gpu else f"capability {TARGET_CAPABILITY} (the target; no GPU here)"
     if "P8" not in patches:
         parts.append(f"sglang {c.sglang['version']} has no split-KV target-verify on CUDA: verify attention walks "
@@ -189,14 +189,14 @@ def check_spec_verify(c: Context) -> Check:
     else:
         parts.append(f"split-KV target-verify (P8) on for {where}: MLA targets (DeepSeek-V3, Kimi-K2.x) at "
                      f"--speculative-eagle-topk 1 with --attention-backend triton ({split.text()})")
-        kernel = VERIFY_KERNEL
+        p8_runs = True
         parts.append(f"verify kernel: {VERIFY_KERNEL} under --attention-backend triton (what `sglang-blackwell "
                      "serve` adds to a speculative launch on SM12x, and sglang's default for MLA models there); "
                      f"under any other backend ({', '.join(OTHER_BACKENDS)}) P8 does not run and verify runs that "
                      "backend's own kernels, which no receipt of ours measured")
-    if kernel == UPSTREAM_VERIFY_KERNEL:
+    if not p8_runs:
         parts.append(f"verify kernel: {UPSTREAM_VERIFY_KERNEL} under --attention-backend triton")
-    data["verify_kernel"] = kernel
+    data["verify_kernel"] = VERIFY_KERNEL if p8_runs else UPSTREAM_VERIFY_KERNEL
     if "P9" not in patches:
         parts.append("no first-use warm-up: the first concurrent burst after a start waits for kernels to compile "
                      "(~10 s on the lab)")
