@@ -14,6 +14,13 @@ PYTEST_ARGS ?=
 # computed once, as in a serial run), the longest files first (test/support/worker_order.py; xdist's own reorder
 # would put them last). PYTEST_JOBS= runs it in one process.
 PYTEST_JOBS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+# One thread per process for the BLAS / OpenMP pools of torch and numpy (a value of yours in the environment wins):
+# the workers already fill the cores, and a pool's threads spin while they wait. Measured on 2 cores: P8's kernel
+# cases under Triton's interpreter took 49.3 s of CPU for 32.7 s of wall with the default pool, 32.2 s for 32.2 s
+# with one thread (docs/verification.md, "Where make test's time goes").
+OMP_NUM_THREADS ?= 1
+OPENBLAS_NUM_THREADS ?= 1
+MKL_NUM_THREADS ?= 1
 BIN     = $(VENV)/bin
 BASE_ARG = $(if $(BASE),--base $(BASE),)
 # The test environment's torch is PyTorch's CPU build, on purpose: test/constraints.txt pins it with its +cpu
@@ -76,7 +83,8 @@ lint: $(VENV)/.test-deps
 	$(BIN)/ruff check python test
 
 test: lint
-	$(BIN)/pytest -m "not gpu and not image" $(PYTEST_JOBS) $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$(OMP_NUM_THREADS) OPENBLAS_NUM_THREADS=$(OPENBLAS_NUM_THREADS) MKL_NUM_THREADS=$(MKL_NUM_THREADS) \
+	  $(BIN)/pytest -m "not gpu and not image" $(PYTEST_JOBS) $(PYTEST_ARGS)
 
 # The gate comes first, before the test venv or anything else is built: a missing buildah, debootstrap or root is
 # one NOT RUN line and exit 2 (test/support/image_preflight.py), never "11 skipped" and exit 0. The build and the
