@@ -23,7 +23,7 @@ from typing import Any
 from ... import leftovers, procs
 from ...errors import UserError
 from ...paths import output_problem, path_arg, repo_root
-from . import caches, machine, readme_block, receipt, source
+from . import caches, machine, pytest_output, readme_block, receipt, source
 from .steps import DEFAULT, STEPS, Step, missing, parse_steps, run_step
 
 WORK_PREFIX = "sglang-blackwell-setup-"  # the clone's folder: <prefix><pid>-<random> (leftovers.py)
@@ -84,7 +84,7 @@ def _said(rec: dict[str, Any]) -> str:
     text = f"{what}, {readme_block.duration(rec['wall_s'])}"
     if rec.get("pytest"):
         text += f" ({rec['pytest']['line']})"
-    share = readme_block.probes_share_of_tests(rec.get("probes"))
+    share = pytest_output.share_of_tests(rec.get("probes"))
     if share is not None:
         text += f", per-patch probes {share:.0%} of the tests' time"
     return text

@@ -72,3 +72,11 @@ def folder_time(junit: Path, folder: str) -> dict[str, Any] | None:
             n_inside += 1
     return {"folder": folder, "seconds": round(inside, 2), "tests": n_inside, "all_seconds": round(total, 2),
             "all_tests": n_total}
+
+
+def share_of_tests(t: dict[str, Any] | None) -> float | None:
+    """A folder's share of all the tests' time, from folder_time's sums (a receipt's `probes` holds them too, those
+    from before `share_of_tests` was recorded included); None without a test time."""
+    if not t or not t.get("all_seconds"):
+        return None
+    return round(float(t["seconds"]) / float(t["all_seconds"]), 3)

@@ -12,6 +12,7 @@ from typing import Any
 from ...errors import UserError
 from ...paths import read_json
 from ...receipts import validate_receipt
+from . import pytest_output
 from .receipt import KIND
 from .steps import STEPS
 
@@ -74,22 +75,13 @@ def step_line(step: dict[str, Any] | None, shown: str) -> str:
     elif "pytest" in step:
         details.append("no pytest summary line in its output")
     probes = step.get("probes")
-    share = probes_share_of_tests(probes)
+    share = pytest_output.share_of_tests(probes)
     if share is not None:
         n = probes["tests"]
         details.append(f"the per-patch probes in `{probes['folder']}/` ({n} test{'' if n == 1 else 's'}) "
                        f"{share:.0%} of the tests' time; pytest {duration(float(step['pytest']['seconds']))}"
                        + (f" on {step['pytest']['workers']} workers" if step["pytest"].get("workers") else ""))
     return head + (f" ({'; '.join(details)})" if details else "")
-
-
-def probes_share_of_tests(probes: dict[str, Any] | None) -> float | None:
-    """The probes' share of the tests' time: their seconds over all the test cases' (a receipt from before
-    `share_of_tests` has both sums too; its `share_of_pytest` was over pytest's wall time, which pytest-xdist's
-    workers make too small a divisor)."""
-    if not probes or not probes.get("all_seconds"):
-        return None
-    return round(float(probes["seconds"]) / float(probes["all_seconds"]), 3)  # as the receipt rounds it
 
 
 def _machine(m: dict[str, Any]) -> str:

@@ -117,6 +117,6 @@ def probe_share(junit: Path, folder: str, pytest: dict[str, Any] | None, wall_s:
     if t is None:
         return None
     py_s = pytest["seconds"] if pytest else None
-    return {**t, "share_of_tests": round(t["seconds"] / t["all_seconds"], 3) if t["all_seconds"] > 0 else None,
+    return {**t, "share_of_tests": pytest_output.share_of_tests(t),
             "per_pytest_s": round(t["seconds"] / py_s, 3) if py_s else None,
             "per_step_s": round(t["seconds"] / wall_s, 3) if wall_s > 0 else None}
