@@ -4,8 +4,9 @@ Per (context, concurrency) in verdict.min_ratio and speculative arm of the verdi
     worst speculative repeat (output tok/s)  >=  min_ratio(context, c)  x  best baseline repeat
 With verdict.accept_len_tolerance, in every cell: |accept length - expect_accept_len| <= tolerance. With
 verdict.first_burst_min_ratio, in every cell, for the baseline and every verdict arm: the worst repeat's
-first-burst tok/s / its own warm tok/s >= first_burst_min_ratio (a server that stalls the first time it sees a
-batch size, e.g. compiling Triton kernels, fails it; the cell's Triton compiles are in the check).
+first-burst tok/s / its own warm tok/s >= first_burst_min_ratio, and with metric decode_tok_s its decode rate too
+(warm TPOT p50 / first-burst TPOT p50): a server that stalls the first time it sees a batch size, e.g. compiling
+Triton kernels, fails it (in the prefill or in the decode steps); the cell's Triton compiles are in the check.
 
 The aggregate keeps verdict.aggregate's shape for the smallest context (`levels`: so every reader of non-grid
 receipts reads the smallest context's cells) and adds `cells` ({context: {c: {metric: spread}}}: the warm metrics,
@@ -38,7 +39,8 @@ from .verdict import (
 RULE = ("per cell (context, concurrency): worst speculative repeat >= min_ratio x best baseline repeat (warm "
         "output tok/s)")
 FIRST_METRICS = ("tok_s", "wall_s", "ttft_ms", "ttft_ms_p99", "tpot_ms", "e2e_ms", "e2e_ms_p99")
-CELL_EXTRAS = tuple(f"first_{m}" for m in FIRST_METRICS) + ("first_over_warm", "first_compiles", "warm_compiles")
+CELL_EXTRAS = tuple(f"first_{m}" for m in FIRST_METRICS) + ("first_over_warm", "first_over_warm_decode",
+                                                             "first_compiles", "warm_compiles")
 
 
 def _cells_of(run: dict[str, Any], ctx: int) -> dict[str, Any]:
@@ -51,12 +53,16 @@ def _compiles(cell: dict[str, Any]) -> int | None:
 
 
 def cell_values(cell: dict[str, Any]) -> dict[str, Any]:
-    """One run's cell as flat metrics: the warm ones, first_<m>, first_over_warm, the Triton compile counts."""
+    """One run's cell as flat metrics: the warm ones, first_<m>, the Triton compile counts, and the first burst
+    over the warm window twice: first_over_warm on output tok/s (prefill included: a compile in the prefill shows)
+    and first_over_warm_decode on the decode rate (warm TPOT p50 / first-burst TPOT p50)."""
     first = cell.get("first") or {}
     out = {m: cell.get(m) for m in LEVEL_METRICS}
     out.update({f"first_{m}": first.get(m) for m in FIRST_METRICS})
     warm, burst = cell.get("tok_s"), first.get("tok_s")
     out["first_over_warm"] = round(burst / warm, 4) if warm and burst is not None else None
+    warm_tpot, burst_tpot = cell.get("tpot_ms"), first.get("tpot_ms")
+    out["first_over_warm_decode"] = round(warm_tpot / burst_tpot, 4) if warm_tpot and burst_tpot else None
     out["first_compiles"], out["warm_compiles"] = _compiles(first), _compiles(cell)
     return out
 
@@ -197,22 +203,42 @@ def _first_burst_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int
                     out.append(k)
                     continue
                 compiles = (cell.get("first_compiles") or {}).get("median")
-                k.update(first_over_warm=s["min"], values=s["values"], passed=s["min"] >= bar,
+                d = cell.get("first_over_warm_decode") if v.metric == "decode_tok_s" else None
+                k.update(first_over_warm=s["min"], values=s["values"],
                          first_tok_s=(cell.get("first_tok_s") or {}).get("median"),
                          warm_tok_s=(cell.get("tok_s") or {}).get("median"), first_compiles=compiles,
                          first_compiled_kernels=cell.get("first_compiled_kernels") or {})
-                if not k["passed"]:
-                    k["why"] = (f"first burst {s['min']:.3f} x its warm tok/s < {bar}"
+                low = [f"first burst {s['min']:.3f} x its warm tok/s < {bar}"] if s["min"] < bar else []
+                if v.metric == "decode_tok_s":  # the verdict's rate too: a stall in the decode steps alone
+                    k["first_over_warm_decode"] = d["min"] if d else None
+                    if not d:
+                        low.append("no decode rate of the first burst (TPOT) measured")
+                    elif d["min"] < bar:
+                        low.append(f"first burst {d['min']:.3f} x its warm decode rate < {bar}")
+                k["passed"] = not low
+                if low:
+                    k["why"] = ("; ".join(low)
                                 + (f"; {compiles:g} Triton compile(s) during the burst"
                                    f" ({', '.join(k['first_compiled_kernels']) or '-'})" if compiles else ""))
                 out.append(k)
     return out
 
 
+def first_burst_ratio(agg: dict[str, Any], metric: str, baseline: str, arm: str, ctx: int, c: int) -> float | None:
+    """The first bursts' speculative / baseline ratio on `metric`, to read beside the warm ratio of a verdict on
+    that metric: median output tok/s (tok_s), or median TPOT p50, the baseline's over the arm's (decode_tok_s)."""
+    if metric == "decode_tok_s":  # a rate of c x 1000 / TPOT: the ratio of the rates is the TPOTs' inverse
+        over, under = _med(agg, baseline, ctx, c, "first_tpot_ms"), _med(agg, arm, ctx, c, "first_tpot_ms")
+    else:
+        over, under = _med(agg, arm, ctx, c, "first_tok_s"), _med(agg, baseline, ctx, c, "first_tok_s")
+    return round(over / under, 4) if over and under else None
+
+
 def table(agg: dict[str, Any], v: VerdictSpec, spec_arms: list[str], contexts: tuple[int, ...],
           concurrency: tuple[int, ...], checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (speculative arm, context, concurrency) measured: verdict.compare's figures on the warm
-    windows, the first-burst ratio (median first-burst tok/s over the baseline's), TTFT and ITL of both arms, the
+    windows, the first-burst ratio (median first-burst tok/s over the baseline's; with metric decode_tok_s also
+    first_burst_decode_ratio, on the decode rate), TTFT and ITL of both arms, the
     cell's bar and whether every check of the cell passed (the arm's own and the baseline's first burst)."""
     rows = []
     for arm in spec_arms:
@@ -222,9 +248,8 @@ def table(agg: dict[str, Any], v: VerdictSpec, spec_arms: list[str], contexts: t
                 if cmp_ is None:
                     continue
                 cmp_.pop("break_even_profiled", None)
-                f_spec, f_base = _med(agg, arm, ctx, c, "first_tok_s"), _med(agg, v.baseline, ctx, c, "first_tok_s")
                 row = {"arm": arm, "context": ctx, **cmp_,
-                       "first_burst_ratio": round(f_spec / f_base, 4) if f_spec and f_base else None,
+                       "first_burst_ratio": first_burst_ratio(agg, "tok_s", v.baseline, arm, ctx, c),
                        "tok_s": _med(agg, arm, ctx, c, "tok_s"),
                        "baseline_tok_s": _med(agg, v.baseline, ctx, c, "tok_s"),
                        "min_ratio": v.grid_min_ratio.get(ctx, {}).get(c)}
@@ -232,6 +257,8 @@ def table(agg: dict[str, Any], v: VerdictSpec, spec_arms: list[str], contexts: t
                     row[m], row[f"baseline_{m}"] = _med(agg, arm, ctx, c, m), _med(agg, v.baseline, ctx, c, m)
                 mine = [k["passed"] for k in checks if k.get("context") == ctx and k["concurrency"] == c
                         and (k["arm"] == arm or (k.get("kind") == "first_burst" and k["arm"] == v.baseline))]
+                if v.metric == "decode_tok_s":
+                    row["first_burst_decode_ratio"] = first_burst_ratio(agg, v.metric, v.baseline, arm, ctx, c)
                 row["passed"] = all(mine) if mine else None
                 rows.append(row)
     return rows
@@ -362,10 +389,15 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def row_first_ratio(row: dict[str, Any]) -> float | None:
+    """A table row's first-burst ratio on the rate its warm ratio is on (the decode rate where it has one)."""
+    return row.get("first_burst_decode_ratio", row.get("first_burst_ratio"))
+
+
 def cell_text(row: dict[str, Any]) -> str:
-    """`1.42x / 1.39x pass`: warm ratio / first-burst ratio, and the cell's checks."""
+    """`1.42x / 1.39x pass`: warm ratio / first-burst ratio (row_first_ratio), and the cell's checks."""
     verdict = {True: " pass", False: " FAIL", None: ""}[row.get("passed")]
-    return f"{_x(row.get('median_ratio'))} / {_x(row.get('first_burst_ratio'))}{verdict}"
+    return f"{_x(row.get('median_ratio'))} / {_x(row_first_ratio(row))}{verdict}"
 
 
 def grid_table_lines(rows: list[dict[str, Any]], arm: str, contexts: list[int], concurrency: list[int]) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import summary_keys
+from .grid_verdict import row_first_ratio
 
 
 def available() -> bool:
@@ -121,7 +122,7 @@ def plot_grid(receipt: dict[str, Any], path: Path, plt: Any) -> Path:
                 t = by.get((x, c))
                 if t:
                     verdict = {True: "pass", False: "FAIL", None: ""}[t.get("passed")]
-                    ax.text(j, i, f"{_x(t.get('median_ratio'))}\nfirst {_x(t.get('first_burst_ratio'))}\n{verdict}",
+                    ax.text(j, i, f"{_x(t.get('median_ratio'))}\nfirst {_x(row_first_ratio(t))}\n{verdict}",
                             ha="center", va="center", fontsize=8)
         ax.set_xticks(range(len(conc)), [str(c) for c in conc])
         ax.set_yticks(range(len(ctxs)), [str(x) for x in ctxs])

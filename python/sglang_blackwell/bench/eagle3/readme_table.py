@@ -16,6 +16,7 @@ from ...errors import UserError
 from ...paths import marked_block, read_json, replace_marked_block, repo_root
 from ...receipts import validate_receipt
 from . import plausible, summary_keys
+from .grid_verdict import first_burst_ratio, row_first_ratio
 
 KIND = "bench-eagle3"
 BEGIN, END = "<!-- bench-eagle3-results:begin -->", "<!-- bench-eagle3-results:end -->"
@@ -206,9 +207,18 @@ def _latest(receipts: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, dic
     return kept
 
 
-def grid_cell(row: dict[str, Any]) -> str:
-    """`1.42x (first 1.39x), accept 2.04`, with **FAIL** when a check of the cell failed."""
-    text = f"{_f(row.get('median_ratio'), 2, 'x')} (first {_f(row.get('first_burst_ratio'), 2, 'x')})"
+def _verdict_rate(r: dict[str, Any]) -> tuple[str, str]:
+    """The rate the receipt's verdict compares and its baseline arm, as its ratio checks name them (receipts from
+    before the metric was configurable: tok_s)."""
+    ratio = next((k for k in (r.get("verdict") or {}).get("checks") or [] if k.get("metric")), {})
+    return ratio.get("metric", "tok_s"), ratio.get("baseline", "baseline")
+
+
+def grid_cell(row: dict[str, Any], first: float | None = None) -> str:
+    """`1.42x (first 1.39x), accept 2.04`, with **FAIL** when a check of the cell failed; `first` is the first
+    bursts' ratio on the verdict's metric (default: the row's, grid_verdict.row_first_ratio)."""
+    first = row_first_ratio(row) if first is None else first
+    text = f"{_f(row.get('median_ratio'), 2, 'x')} (first {_f(first, 2, 'x')})"
     if row.get("accept_len") is not None:
         text += f", accept {_f(row['accept_len'])}"
     return text + (" **FAIL**" if row.get("passed") is False else "")
@@ -232,8 +242,14 @@ def grid_section(p: Path, r: dict[str, Any], link_base: Path | None, arm: str | 
              f"{server_label(r)}, {arm} / baseline (warm, first burst), verdict {verdict}, {r['created'][:10]}: "
              f"{links}",
              "", "| context | " + " | ".join(f"c={c}" for c in conc) + " |", "|---|" + "---|" * len(conc)]
+    (metric, baseline), agg = _verdict_rate(r), r.get("aggregate") or {}
+
+    def cell(ctx: int, c: int) -> str:  # the first bursts' ratio on the rate the warm one is on
+        first = first_burst_ratio(agg, metric, baseline, arm, ctx, c) if metric != "tok_s" else None
+        return grid_cell(by[(ctx, c)], first)
+
     for ctx in s[summary_keys.CONTEXTS]:
-        cells = [grid_cell(by[(int(ctx), c)]) if (int(ctx), c) in by else "-" for c in conc]
+        cells = [cell(int(ctx), c) if (int(ctx), c) in by else "-" for c in conc]
         lines.append(f"| {int(ctx)} | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 

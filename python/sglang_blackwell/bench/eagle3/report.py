@@ -37,8 +37,10 @@ def report_text(receipt: dict[str, Any]) -> str:
                          f"(expected {k['expect_accept_len']} +- {k['tolerance']}): "
                          + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
         elif k.get("kind") == "first_burst":
-            lines.append(f"{at}: first burst / warm {_fmt(k.get('first_over_warm'))} (need >= {k['min_ratio']}): "
-                         + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
+            decode = (f", decode rate {_fmt(k['first_over_warm_decode'])}" if "first_over_warm_decode" in k
+                      else "")
+            lines.append(f"{at}: first burst / warm {_fmt(k.get('first_over_warm'))}{decode} "
+                         f"(need >= {k['min_ratio']}): " + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
         elif "worst_over_best" in k:
             lines.append(f"{at} vs {k['baseline']}: "
                          f"worst/best {k['worst_over_best']:.3f} "

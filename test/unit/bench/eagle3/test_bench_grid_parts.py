@@ -22,7 +22,9 @@ from sglang_blackwell.bench.eagle3.readme_table import (
     GRID_BEGIN,
     GRID_END,
     current_block,
+    grid_cell,
     grid_markdown,
+    grid_section,
     load_receipts,
     markdown_table,
 )
@@ -261,6 +263,40 @@ def test_grid_accept_length_is_checked_in_every_cell(grid_cfg) -> None:
     r = build_receipt(grid_cfg, ["baseline", "eagle3"], runs, repeats=1, mode="launch")
     assert r["summary"]["grid_failed"] == ["64x2"]
     assert r["verdict"]["reasons"] == ["context 64, concurrency 2, eagle3: accept length 2.5000 outside 2.9 +- 0.1"]
+
+
+def test_grid_on_the_decode_rate_reads_its_first_bursts_on_that_rate_and_catches_a_decode_stall(
+        tmp_path: Path) -> None:
+    """With metric decode_tok_s (prefill excluded) the first bursts' ratio beside the warm one is on the decode
+    rate too (baseline's first-burst TPOT over the arm's), in the verdict's table and the README cell; output
+    tok/s, which holds the prefill, is kept as first_burst_ratio. A first burst whose decode steps alone stall (its
+    output tok/s within the bar, as when the prefill dominates a long-context window) fails the first-burst check."""
+    p = write_grid_config(tmp_path, verdict_extra='first_burst_min_ratio = 0.85\nmetric = "decode_tok_s"',
+                          min_ratio="{ 16 = { 1 = 1.3, 2 = 1.05 }, 64 = { 1 = 1.3 } }")
+    cfg = load_config(p)
+    runs = _runs()
+    tpot = {"baseline": (8.0, 8.8), "eagle3": (5.0, 5.0)}  # (warm, first burst): a decode ratio of 1.6 warm
+    for run in runs:
+        for cells in run["cells"].values():
+            for cell in cells.values():
+                cell["tpot_ms"], cell["first"]["tpot_ms"] = tpot[run["arm"]]
+    runs[1]["cells"]["64"]["1"]["first"]["tpot_ms"] = 5.0 / 0.8  # this cell's first burst decodes at 0.8 x warm
+    r = build_receipt(cfg, ["baseline", "eagle3"], runs, repeats=1, mode="launch")
+    row = next(t for t in r["verdict"]["table"] if (t["context"], t["concurrency"]) == (16, 1))
+    assert row["median_ratio"] == pytest.approx(8.0 / 5.0, abs=1e-4)
+    assert row["first_burst_decode_ratio"] == pytest.approx(8.8 / 5.0, abs=1e-4)
+    assert row["first_burst_ratio"] == pytest.approx(1400 / 990, abs=1e-4)  # output tok/s, as before
+    assert grid_cell(row, row["first_burst_decode_ratio"]).startswith("1.60x (first 1.76x)")
+    fb = [k for k in r["verdict"]["checks"] if k.get("kind") == "first_burst"]
+    (bad,) = [k for k in fb if not k["passed"]]
+    assert (bad["context"], bad["concurrency"], bad["arm"]) == (64, 1, "eagle3")
+    assert bad["first_over_warm_decode"] == pytest.approx(0.8, abs=1e-4) and bad["first_over_warm"] > 0.85
+    assert bad["why"] == "first burst 0.800 x its warm decode rate < 0.85"
+    assert all(k["first_over_warm_decode"] == pytest.approx(8.0 / 8.8, abs=1e-4) for k in fb
+               if k["arm"] == "baseline")
+    section = grid_section(tmp_path / "r.json", r, None)
+    assert "| 16 | 1.60x (first 1.76x), accept 2.90 |" in section
+    assert "| 64 | 1.60x (first 1.41x), accept 2.90 **FAIL** |" in section
 
 
 # ---- the README's grid block ----------------------------------------------------------------------------------
