@@ -12,7 +12,10 @@ should conclude.
   POST /start_profile     with FAKE_TRACE (a real profiler trace file): copies it into output_dir as each TP
                           rank's trace (rank r: FAKE_TRACE_TP<r> where set), named like SGLang's
                           (<prefix>-<time>-TP-<r>.trace.json[.gz], one per rank as SGLang writes them); else 400.
-                          FAKE_TRACES (comma list): the rank-0 trace of the 1st, 2nd, ... window (the last repeats)
+                          FAKE_TRACES (comma list): the rank-0 trace of the 1st, 2nd, ... window (the last repeats).
+                          With profile_by_stage (SGLang 0.5.9+) two per rank, as SGLang names them:
+                          <...>-TP-<r>-EXTEND.trace.json[.gz] (FAKE_TRACE_PREFILL where set, else the same file)
+                          and <...>-TP-<r>-DECODE.trace.json[.gz]
   POST /stop_profile      200
   GET  /v1/models, POST /v1/completions, /v1/chat/completions   SGLang's OpenAI endpoints (served model name =
                           --model-path), streamed like fake_openai_server.py's (whose OpenAIRoutes they are), at
@@ -210,12 +213,17 @@ class Handler(OpenAIRoutes):
             if not src:
                 return self._send(400, {"error": {"message": "profiling is not enabled (no FAKE_TRACE)"}})
             stamp = time.time()
+            # profile_by_stage: the prefill batches' trace and the decode batches' trace, each named with its
+            # stage (SGLang's ForwardMode name) after the rank; the prefill one is FAKE_TRACE_PREFILL where set
+            stages = [("-EXTEND", os.environ.get("FAKE_TRACE_PREFILL")), ("-DECODE", None)] if body.get(
+                "profile_by_stage") else [("", None)]
             for rank in range(args.tp_size):
-                path = os.environ.get(f"FAKE_TRACE_TP{rank}", src) if rank else src
-                suffix = ".trace.json.gz" if path.endswith(".gz") else ".trace.json"
-                name = f"{body.get('profile_prefix', '')}-{stamp}-TP-{rank}{suffix}"
-                with open(path, "rb") as f, open(os.path.join(body["output_dir"], name), "wb") as g:
-                    g.write(f.read())
+                for stage, own in stages:
+                    path = own or (os.environ.get(f"FAKE_TRACE_TP{rank}", src) if rank else src)
+                    suffix = ".trace.json.gz" if path.endswith(".gz") else ".trace.json"
+                    name = f"{body.get('profile_prefix', '')}-{stamp}-TP-{rank}{stage}{suffix}"
+                    with open(path, "rb") as f, open(os.path.join(body["output_dir"], name), "wb") as g:
+                        g.write(f.read())
             return self._send(200, "Start profiling.\n", "text/plain")
         if self.path == "/stop_profile":
             return self._send(200, "Stop profiling.\n", "text/plain")

@@ -1,6 +1,7 @@
-"""The torch-profiler window of an arm run: SGLang's /start_profile over a few forward batches of one request,
-every TP rank's trace waited for, read (trace.profile_traces: stage times, verify across ranks, kernel classes)
-and kept next to the server log."""
+"""The torch-profiler window of an arm run: SGLang's /start_profile by stage over a few decode batches of one
+request (its prefill batches in a trace of their own: at 32k+ tokens the prefill chunks would fill a window of
+forward batches), every TP rank's decode trace waited for, read (trace.profile_traces: stage times, verify across
+ranks, kernel classes) and kept next to the server log with the prefill traces."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progr
     tmp = Path(tempfile.mkdtemp(prefix="sgl-bench-profile-"))
     os.chmod(tmp, 0o777)
     try:
-        sglang_api.start_profile(server.url, str(tmp), steps, prefix="bench")
+        sglang_api.start_profile(server.url, str(tmp), steps, prefix="bench", by_stage=True)
         client.send(ep or client.Endpoint(url=server.url, api="generate", stream=False),
                     prompt or cfg.workload.prompts[0], steps * per_step + 16)
         sglang_api.stop_profile(server.url)
-        paths = _wait_traces(tmp, ranks, cfg.profile.timeout_s)
+        paths = _wait_traces(tmp, ranks, cfg.profile.timeout_s, stage=DECODE)
         res = _read_traces(paths, time.monotonic() + cfg.profile.timeout_s, kernel_classes)
         res.update(steps=steps, trace_bytes=paths[0].stat().st_size)
         missing = [r for r in range(ranks) if r >= len(paths)]
@@ -55,6 +56,12 @@ def profile_window(cfg: BenchConfig, server: Server, info: dict[str, Any], progr
                 shutil.copyfile(path, dest)
                 kept.append(dest.name)
             res["trace"], res["traces"] = kept[0], kept
+            prefill = _stage_traces(tmp, PREFILL)
+            for r, path in prefill.items():  # what the request's prefill ran (not read here)
+                gz = ".gz" if path.name.endswith(".gz") else ""
+                shutil.copyfile(path, server.log_path.with_suffix((f".TP-{r}" if r else "") + ".prefill.trace.json"
+                                                                  + gz))
+            res["prefill_traces"] = len(prefill)
         progress("  profile: " + ", ".join(
             f"{s} {v['median_ms']:.3f} ms" + (f" (all-reduce {v['allreduce_ms']:.3f} ms in {v['allreduce_calls']:g}"
                                              f" calls, add+RMSNorm {v['add_rmsnorm_ms']:.3f} ms)"
@@ -91,19 +98,35 @@ def _count(v: float | None) -> str:
     return "-" if v is None else f"{v:g}"
 
 
+# the stage suffixes of SGLang's profile_by_stage traces (its ForwardMode names: <...>-TP-<r>-DECODE.trace.json.gz)
+DECODE, PREFILL = "DECODE", "EXTEND"
+
+
 def _rank_of(name: str) -> int | None:
     m = re.search(r"-TP-(\d+)(?=[-.])", name)
     return int(m.group(1)) if m and ".trace.json" in name else None
 
 
-def _wait_traces(d: Path, ranks: int, timeout_s: float) -> list[Path]:
-    """Every rank's trace, rank 0 first, once each file's size has stayed the same over two polls. At the
-    timeout, the ranks found so far in order (rank 0 is needed; a missing rank is the receipt's to say)."""
+def _stage_of(name: str) -> str | None:
+    m = re.search(r"-(DECODE|EXTEND)\.trace\.json", name)
+    return m.group(1) if m else None
+
+
+def _stage_traces(d: Path, stage: str | None) -> dict[int, Path]:
+    """{rank: trace} of one stage in d (stage None: the traces of a window without stages)."""
+    return {r: p for p in sorted(d.glob("*.trace.json*"))
+            if (r := _rank_of(p.name)) is not None and _stage_of(p.name) == stage}
+
+
+def _wait_traces(d: Path, ranks: int, timeout_s: float, stage: str | None = None) -> list[Path]:
+    """Every rank's trace of `stage` (DECODE, PREFILL; None: a window without stages), rank 0 first, once each
+    file's size has stayed the same over two polls. At the timeout, the ranks found so far in order (rank 0 is
+    needed; a missing rank is the receipt's to say)."""
     deadline = time.monotonic() + timeout_s
     sizes: dict[int, int] = {}
     stable: dict[int, Path] = {}
     while True:
-        found = {r: p for p in sorted(d.glob("*.trace.json*")) if (r := _rank_of(p.name)) is not None}
+        found = _stage_traces(d, stage)
         for r, p in found.items():
             size = p.stat().st_size
             if size > 0 and sizes.get(r) == size:
@@ -115,7 +138,8 @@ def _wait_traces(d: Path, ranks: int, timeout_s: float) -> list[Path]:
             break
         time.sleep(1.0)
     if 0 not in stable:
-        raise BenchRunError(f"no rank-0 trace in {d} after {timeout_s:.0f} s "
+        what = f"rank-0 {stage} trace" if stage else "rank-0 trace"
+        raise BenchRunError(f"no {what} in {d} after {timeout_s:.0f} s "
                             "(a server on another machine writes it there)")
     out = []
     for r in range(ranks):

@@ -122,10 +122,15 @@ def reset_spec_stats(url: str) -> bool:
     return bool(r) and all(r) if isinstance(r, list) else bool(r)
 
 
-def start_profile(url: str, output_dir: str, num_steps: int, prefix: str) -> None:
+def start_profile(url: str, output_dir: str, num_steps: int, prefix: str, *, by_stage: bool = False) -> None:
+    """Torch profiler over the next num_steps forward batches; `by_stage`: over the next num_steps prefill
+    batches and, in a trace of its own, the next num_steps decode batches (SGLang's profile_by_stage, 0.5.9+:
+    <prefix>-<id>-TP-<r>-EXTEND.trace.json.gz and ...-DECODE.trace.json.gz), so that a long prompt's prefill
+    chunks do not fill the decode window."""
     http_json(url + "/start_profile", {"output_dir": output_dir, "num_steps": num_steps,
                                        "activities": ["CPU", "GPU"], "with_stack": False,
-                                       "record_shapes": False, "profile_prefix": prefix}, timeout=120)
+                                       "record_shapes": False, "profile_prefix": prefix,
+                                       "profile_by_stage": by_stage}, timeout=120)
 
 
 def stop_profile(url: str) -> None:

@@ -88,9 +88,12 @@ def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     # the fake servers hand out real rank-0 traces of the lab (2x H200, 10-layer pair, fusion off and on): the
     # receipt gets verify GPU time and the all-reduce + add/RMSNorm time inside it, and each trace is kept
-    # next to its server log
+    # next to its server log. The window is by stage (profile_by_stage): the decode batches' trace is read, the
+    # prefill batches' (here not a trace at all) only kept
     data = Path(__file__).resolve().parents[3] / "data"
-    off = {"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3",
+    prefill = tmp_path / "prefill.trace.json.gz"
+    prefill.write_bytes(b"not a trace: read it and the profile fails")
+    off = {"FAKE_ROUND_MS": "5", "FAKE_ACCEPT_LEN": "3", "FAKE_TRACE_PREFILL": str(prefill),
            "FAKE_TRACE": str(data / "lab-h200x2-eagle3-fusion-off-TP-0.trace.json.gz")}
     on = {**off, "FAKE_TRACE": str(data / "lab-h200x2-eagle3-fusion-on-TP-0.trace.json.gz")}
     cfg = write_config(tmp_path, eagle_env=off, fusion_env=on, repeats=1, concurrency="[1]", model_dirs=True,
@@ -109,6 +112,9 @@ def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
     for arm in ("eagle3", "eagle3+fusion"):
         kept = Path(runs[arm]["log"]).with_name(runs[arm]["profile"]["trace"])
         assert kept.name.endswith(".trace.json.gz") and kept.stat().st_size == runs[arm]["profile"]["trace_bytes"]
+        assert runs[arm]["profile"]["prefill_traces"] == len(runs[arm]["profile"]["traces"]) == 2  # TP=2
+        for r in ("", ".TP-1"):
+            assert Path(runs[arm]["log"]).with_suffix(f"{r}.prefill.trace.json.gz").read_bytes() == prefill.read_bytes()
 
 
 def test_profile_window_reads_every_rank_and_takes_the_waits_out(tmp_path: Path,
