@@ -26,9 +26,13 @@
 #                     c = 4 requests decoding together): its baseline arm
 #   M  (nothing)      its eagle3-mla arm
 #   N  (nothing)      its eagle3 arm (the GQA draft)
-#   B-N install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
+#   P  (nothing)      where a round goes at 32k (lab-kimi61-long-32k-profile.toml: c = 1 and the profiler window by
+#                     stage, the first 8 decode batches of a 32k request): its eagle3-mla arm
+#   Q  (nothing)      its baseline arm
+#   R  (nothing)      its eagle3 arm (the GQA draft)
+#   B-R install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -42,6 +46,7 @@ LONG64=benchmark/lab-kimi61-long-64k.toml
 LONG128=benchmark/lab-kimi61-long-128k.toml
 LONG32C4=benchmark/lab-kimi61-long-32k-c4.toml
 LONG32C4L=benchmark/lab-kimi61-long-32k-c4-2048.toml
+LONG32P=benchmark/lab-kimi61-long-32k-profile.toml
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
@@ -130,6 +135,9 @@ case "${1:-}" in
   L) arm_step "$LONG32C4L" baseline L ;;
   M) arm_step "$LONG32C4L" eagle3-mla M ;;
   N) arm_step "$LONG32C4L" eagle3 N ;;
+  P) arm_step "$LONG32P" eagle3-mla P ;;
+  Q) arm_step "$LONG32P" baseline Q ;;
+  R) arm_step "$LONG32P" eagle3 R ;;
   *) usage; exit 2 ;;
 esac
 rc=$?
