@@ -18,7 +18,7 @@ from typing import Any
 
 import hostile_http as http
 from hostile_checks import Target
-from hostile_verdict import Accept, Finding, admin_finding, judge_reply
+from hostile_verdict import BUSY, Accept, Finding, admin_finding, judge_reply
 
 from sglang_blackwell.qualify.hostile_receipt import CASES
 
@@ -409,10 +409,12 @@ def _grouped(replies: list[http.Reply], judge: Callable[[http.Reply], Finding]) 
 
 
 def _cut_judge(r: http.Reply) -> Finding:
-    """A request we cut ourselves: any 200 (or busy) answer, or none before the cut, is as due; a 5xx is not."""
-    if r.status is None or r.status == 200:
-        return Finding(True, f"{r.status}: cut by the client", r.status, "")
-    return judge_reply(r, busy_ok=True)
+    """A request its client cut: no answer before the cut, or any answer below 500 (its body is not read: a 4xx
+    says no more than its status here), or a busy one, is as due; a 5xx other than busy is not."""
+    st = r.status
+    if st is None or st < 500 or st in BUSY:
+        return Finding(True, f"{st}: cut by the client", st, r.message() if st is not None else "")
+    return Finding(False, f"{st}: {r.message() or 'no message'}", st, r.message())
 
 
 @case(budget_s=15.0)
