@@ -193,6 +193,11 @@ def run_case(arm: Arm, case: str) -> None:
               "admin_accepted": measured.get("admin_accepted", 0), "measured": measured}
     env.facts.case(arm.name, case, record)
     env.progress(f"{arm.name}: {case}: {verdict} ({why[:160]}) in {elapsed:.1f} s")
+    if verdict == "leak":
+        arm.base.leaked_to(after)
+        arm.rec.setdefault("idle_raised", []).append({"after": case, "kv_used": after.kv_used,
+                                                      "kv_requests": after.kv_requests})
+        env.facts.save()
     if verdict == "server-died":
         arm.rec["restarts"].append({"after": case, "why": why})
         arm.stop(f"died in {case}")

@@ -98,16 +98,21 @@ class Baseline:
     scheduler: tuple[int, str | None] | None
     reference: str | None
     kv_used: int | None
+    kv_requests: int | None = 0
 
     @classmethod
     def take(cls, t: Target, prompt: str, tokens: int) -> Baseline:
         text = reference_text(t, prompt, tokens)
-        used, _ = kv_state(t)
-        return cls(scheduler_identity(t.pid), text, used)
+        used, requests = kv_state(t)
+        return cls(scheduler_identity(t.pid), text, used, requests)
+
+    def leaked_to(self, after: After) -> None:
+        """A leak is one case's verdict: the cases after it are measured against the pool as that case left it."""
+        self.kv_used, self.kv_requests = after.kv_used, after.kv_requests
 
     def as_facts(self) -> dict[str, Any]:
         return {"scheduler_pid": self.scheduler[0] if self.scheduler else None, "reference_text": self.reference,
-                "kv_used_idle": self.kv_used}
+                "kv_used_idle": self.kv_used, "kv_requests_idle": self.kv_requests}
 
 
 @dataclass
@@ -151,7 +156,8 @@ def check_after(t: Target, base: Baseline, prompt: str, tokens: int, kv_wait_s: 
     end = time.monotonic() + kv_wait_s
     while True:
         a.kv_used, a.kv_requests = kv_state(t)
-        a.kv_idle = (a.kv_used is None or base.kv_used is None or a.kv_used <= base.kv_used) and not a.kv_requests
+        a.kv_idle = ((a.kv_used is None or base.kv_used is None or a.kv_used <= base.kv_used)
+                     and (a.kv_requests or 0) <= (base.kv_requests or 0))
         if a.kv_idle or time.monotonic() > end:
             break
         time.sleep(0.25)

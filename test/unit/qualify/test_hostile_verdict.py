@@ -121,7 +121,8 @@ def server() -> Iterator[tuple[str, State]]:
 def session() -> Iterator[subprocess.Popen]:
     """A server session as sglang's looks to the suite: a leader and, in its session, a process titled
     sglang::scheduler."""
-    p = subprocess.Popen(["bash", "-c", "(exec -a sglang::scheduler sleep 300) & exec sleep 300"], start_new_session=True)
+    p = subprocess.Popen(["bash", "-c", "(exec -a sglang::scheduler sleep 300) & exec sleep 300"],
+                         start_new_session=True)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         ident = hostile_checks.scheduler_identity(p.pid)
