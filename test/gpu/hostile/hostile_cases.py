@@ -241,11 +241,24 @@ def prompt_over_context(t: Target) -> CaseResult:
                      _generate(t, {"input_ids": _ids(t, t.context_len * 4), "sampling_params": SP})])
 
 
-@case(budget_s=15.0)
+@case(budget_s=8.0)
 def max_tokens_over_context(t: Target) -> CaseResult:
-    ids = _ids(t, 16)
-    r = _complete(t, {"prompt": ids, "max_tokens": t.context_len * 8}, timeout=60.0)
-    return CaseResult([judge_reply(r, accept=completion_is_truth(t, ids, t.context_len * 8))])
+    """max_tokens 4x the context for a prompt 40 tokens short of it, through completions and /generate: refused, or
+    an answer that ends at the context (short: 40 tokens at most)."""
+    ids = _ids(t, t.context_len - 40)
+    r = _complete(t, {"prompt": ids, "max_tokens": t.context_len * 4}, timeout=60.0)
+    g = _generate(t, {"input_ids": ids, "sampling_params": {"max_new_tokens": t.context_len * 4,
+                                                            "temperature": 0}}, timeout=60.0)
+    return CaseResult([judge_reply(r, accept=completion_is_truth(t, ids, t.context_len * 4)),
+                       judge_reply(g, accept=lambda d: _within_context(d, len(ids), t.context_len))])
+
+
+def _within_context(doc: Any, prompt_len: int, context_len: int) -> str | None:
+    try:
+        n = doc["meta_info"]["completion_tokens"]
+    except (TypeError, KeyError):
+        return f"no meta_info.completion_tokens in {str(doc)[:200]}"
+    return None if prompt_len + n <= context_len else f"{n} tokens after {prompt_len}: past the context"
 
 
 @case(budget_s=5.0)
