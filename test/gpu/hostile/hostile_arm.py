@@ -95,6 +95,10 @@ class Arm:
         info = _server_info(self.target)
         start["server"] = {k: info.get(k) for k in SERVER_KEYS}
         base = Baseline.take(self.target, REFERENCE_PROMPT, REFERENCE_TOKENS)
+        if base.reference is None:
+            self.launch_error = f"the {self.name} server's reference request failed: no case can be judged"
+            start["launch_error"] = self.launch_error
+            raise RuntimeError(self.launch_error)
         if self.base is not None:  # a restart: the reference is the first server's
             base.reference = self.base.reference
         self.base = base
@@ -166,9 +170,10 @@ def run_case(arm: Arm, case: str) -> None:
                                 f"need about {need:.0f} s")
         restart = bool(arm.rec["starts"])
         try:
-            after = (arm.rec["restarts"] or [{"after": "a stop"}])[-1]["after"]
-            arm.start(f"restart after {after}" if restart else "first start")
-        except Exception:
+            died_in = (arm.rec["restarts"] or [{"after": "a stop"}])[-1]["after"]
+            arm.start(f"restart after {died_in}" if restart else "first start")
+        except Exception as e:
+            arm.launch_error = arm.launch_error or f"the {arm.name} server's start failed: {e}"[:400]
             env.facts.case(arm.name, case, {"verdict": "not-run", "why": arm.launch_error})
             raise
     left = env.deadline.left()
