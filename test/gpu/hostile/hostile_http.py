@@ -93,14 +93,18 @@ def open_and_cut(base: str, path: str, obj: Any, *, key: str | None, read_bytes:
     conn = _conn(base, timeout)
     status: int | None = None
     got = b""
+    sock = None
+    resp = None
     try:
+        conn.connect()
+        sock = conn.sock  # held here: http.client forgets it when a response says it closes the connection
         conn.request("POST", path, body=json.dumps(obj).encode(), headers=headers_for(key))
-        if cut_after_s > 0 and conn.sock is not None:
-            conn.sock.settimeout(cut_after_s)
-        r = conn.getresponse()
-        status = r.status
+        if cut_after_s > 0:
+            sock.settimeout(cut_after_s)
+        resp = conn.getresponse()
+        status = resp.status
         while len(got) < read_bytes:
-            chunk = r.read1(read_bytes - len(got)) if hasattr(r, "read1") else r.read(read_bytes - len(got))
+            chunk = resp.read1(read_bytes - len(got))
             if not chunk:
                 break
             got += chunk
@@ -110,8 +114,10 @@ def open_and_cut(base: str, path: str, obj: Any, *, key: str | None, read_bytes:
         return Reply(status, got, error=f"connection dropped: {type(e).__name__}: {e}"[:EXCERPT_CHARS],
                      elapsed_s=time.monotonic() - t0)
     finally:
-        if conn.sock is not None:
+        if sock is not None:  # the hang-up the server sees, whoever else holds the socket
             with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
+        if resp is not None:
+            resp.close()
         conn.close()
     return Reply(status, got, elapsed_s=time.monotonic() - t0)

@@ -39,6 +39,7 @@ class State:
         self.running = 0
         self.reference = " Paris"
         self.bodies: list[int] = []  # the sizes of the bodies received
+        self.hung_up = 0  # streams whose client went away mid-answer
 
 
 class Listener(ThreadingHTTPServer):
@@ -87,6 +88,20 @@ class Handler(BaseHTTPRequestHandler):
         if s.mode == "hang":
             time.sleep(3)
             return self._send(200, {})
+        if s.mode == "stream":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for i in range(200):
+                    event = f"data: {json.dumps({'choices': [{'text': f'tok{i}'}]})}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                    time.sleep(0.02)
+            except OSError:
+                s.hung_up += 1
+            return None
         if s.mode == "drop":
             self.close_connection = True
             self.connection.shutdown(2)
@@ -173,6 +188,22 @@ def test_each_answer_is_judged_by_what_came_back(server):
     assert hostile_verdict.admin_finding(reply(url)).ok
     st.mode = "200"
     assert "ACCEPTED" in hostile_verdict.admin_finding(reply(url)).what
+
+
+def test_a_client_cut_hangs_up_mid_stream_and_before_the_answer(server):
+    url, st = server
+    st.mode = "stream"
+    r = hostile_http.open_and_cut(url, "/v1/completions", {"stream": True}, key=KEY, read_bytes=120,
+                                  cut_after_s=5.0)
+    assert r.status == 200 and len(r.body) >= 120 and b"data: " in r.body and r.error is None
+    deadline = time.monotonic() + 5
+    while st.hung_up < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert st.hung_up == 1  # the server saw the hang-up while it still had events to send
+    st.mode = "hang"
+    t0 = time.monotonic()
+    r = hostile_http.open_and_cut(url, "/generate", {}, key=KEY, read_bytes=0, cut_after_s=0.2)
+    assert r.status is None and time.monotonic() - t0 < 2.0  # cut before any answer came
 
 
 def test_a_refused_connection_is_no_answer():
