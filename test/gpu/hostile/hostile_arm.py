@@ -120,8 +120,11 @@ class Arm:
     def _reference_facts(self, base: Baseline) -> dict[str, Any]:
         truth = self.env.truth
         want = truth.text(truth.continuation(truth.prompt_ids(REFERENCE_PROMPT), REFERENCE_TOKENS)) if truth else None
+        first = (self.env.facts.data["arms"].get("baseline") or {}).get("reference") or {}
         return {"prompt": REFERENCE_PROMPT, "tokens": REFERENCE_TOKENS, "text": base.reference,
-                "ground_truth": want, "is_ground_truth": want is not None and base.reference == want}
+                "ground_truth": want, "is_ground_truth": want is not None and base.reference == want,
+                "same_as_baseline_arm": None if self.name == "baseline" or "text" not in first
+                else first["text"] == base.reference}
 
     def stop(self, why: str) -> None:
         """Take the server down (a dead one too: its session is ended and checked gone)."""
