@@ -22,8 +22,9 @@ check_deadline() {
 }
 
 # suite_runner_env SGLB_OUT_DEFAULT SGLB_DEADLINE_S_DEFAULT: the environment of a GPU suite's one-call runner
-# (gpu_suite.sh, userpath.sh): the lab's rule for every process (no NVLink SHARP, no multicast, no NVLS), offline
-# hub, the JIT caches in /tmp/jit, PYTHONPATH with the repository's python/ and $SITE; sets SITE, OUT and PY
+# (gpu_suite.sh, userpath.sh, hostile.sh): the lab's rule for every process (no NVLink SHARP, no multicast, no
+# NVLS), offline hub, the JIT caches in /tmp/jit, PYTHONPATH with the repository's python/ and $SITE; sets SITE,
+# OUT and PY
 suite_runner_env() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

@@ -1,6 +1,7 @@
-"""What the GPU suites (labline/, userpath/) share of their configuration: the suite's clock, the environment rules
-every process they start gets, the settings both read from the environment, the deadline, the progress log and the
-facts file. Each suite's own module (labline/labline_env.py, userpath/userpath_env.py) puts this directory on
+"""What the GPU suites (labline/, userpath/, hostile/) share of their configuration: the suite's clock, the
+environment rules every process they start gets, the settings all read from the environment, the deadline, the
+progress log, the facts file, and the flags of a user's TP=1 launch (userpath/ and hostile/ start it). Each suite's
+own module (labline/labline_env.py, userpath/userpath_env.py, hostile/hostile_env.py) puts this directory on
 sys.path, then subclasses SuiteConfig and FactsFile with its own variables, defaults and schema. Imports nothing
 heavy: CPU CI collects the GPU suites too (and deselects them: marker `gpu`).
 
@@ -8,7 +9,8 @@ heavy: CPU CI collects the GPU suites too (and deselects them: marker `gpu`).
     SGLB_LAB_DRAFT       EAGLE-3 draft dir (default /tmp/lab/draft)
     SGLB_LAB_DRAFT_KIND  which draft that is (lab_accept.py): constructed (the default, exact) or miss
     SGLB_OUT             the suite's artifacts (each suite's own default)
-    SGLB_DEADLINE_S      seconds from collection for the whole suite (default 480): what does not fit is skipped
+    SGLB_DEADLINE_S      seconds from collection for the whole suite (default 480; hostile/ 300): what does not
+                         fit is skipped
     SGLB_PYTHON          interpreter for the processes the suite starts (default: this one)
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -31,12 +35,33 @@ T0 = time.monotonic()  # collection time of the suite: its clock starts here
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def deadline_from_env() -> float:
-    raw = os.environ.get("SGLB_DEADLINE_S", "480")
+# A user's launch at TP=1: tokenizer, default grammar backend, radix cache and decode CUDA graphs all left at their
+# defaults. Two flags differ from sglang's defaults, both for the lab: the bundle's kernel has no FA3 (sglang's
+# default MLA backend on Hopper), and the prefill CUDA graph (torch.compile piecewise) would add minutes of compile
+# to each start of a 30-minute session; decode graphs are captured up to batch 16 (the tests send at most 4).
+USER_FLAGS = ["--attention-backend", "triton", "--cuda-graph-backend-prefill", "disabled",
+              "--cuda-graph-max-bs-decode", "16"]
+# The EAGLE-3 launch also lowers --mem-fraction-static: at sglang 0.5.14's default the draft's KV pool does not fit
+# next to the target's on one GPU (the lab, 2026-12-01: 18.3 GiB asked, 4.4 GiB free; the server dies at start:
+# benchmark/results/lab-userpath-2026-12-01-default-mem-fraction-oom.json). A user on one GPU has to do the same.
+EAGLE3_FLAGS = ["--mem-fraction-static", "0.7", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # + draft path
+
+
+def deadline_from_env(default_s: str = "480") -> float:
+    raw = os.environ.get("SGLB_DEADLINE_S", default_s)
     try:
         return float(raw)
     except ValueError:
         raise ValueError(f"SGLB_DEADLINE_S={raw!r}: expected seconds") from None
+
+
+def gpu_count() -> int:
+    """How many GPUs nvidia-smi lists (0 without nvidia-smi)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(1 for ln in r.stdout.splitlines() if ln.startswith("GPU "))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,6 @@ unwind like Ctrl-C, so a running server is always taken down.
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from userpath_env import (
     Config,
     Facts,
     grammar_backend_used,
+    suite_env,
 )
 
 if TYPE_CHECKING:
@@ -52,17 +51,10 @@ class Handle:
     max_model_len: int | None
 
 
-def _gpu_count() -> int:
-    if not shutil.which("nvidia-smi"):
-        return 0
-    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(1 for ln in r.stdout.splitlines() if ln.startswith("GPU "))
-
-
 @pytest.fixture(scope="session")
 def env() -> Env:
     cfg = Config.from_env()
-    if _gpu_count() < 1:
+    if suite_env.gpu_count() < 1:
         pytest.skip("needs a CUDA GPU (nvidia-smi lists none)")
     for mod in ("sglang", "openai", "transformers"):
         if importlib.util.find_spec(mod) is None:
@@ -87,7 +79,7 @@ def _signals_unwind():
 
 @pytest.fixture(scope="session")
 def truth(env: Env):
-    from userpath_truth import GroundTruth
+    from lab_truth import GroundTruth
 
     t = GroundTruth(env.cfg.target)
     env.facts.data["ground_truth"] = {"preset": t.preset, "seed": t.seed}

@@ -26,17 +26,9 @@ import suite_env  # noqa: E402
 
 FACTS_SCHEMA = "sglang-blackwell/userpath-facts/1"
 
-# A user's launch at TP=1: tokenizer, default grammar backend, radix cache and decode CUDA graphs all left at their
-# defaults. Two flags differ from sglang's defaults, both for the lab: the bundle's kernel has no FA3 (sglang's
-# default MLA backend on Hopper), and the prefill CUDA graph (torch.compile piecewise) would add minutes of compile
-# to each start of a 30-minute session; decode graphs are captured up to batch 16 (the tests send at most 4).
-USER_FLAGS = ["--attention-backend", "triton", "--cuda-graph-backend-prefill", "disabled",
-              "--cuda-graph-max-bs-decode", "16"]
-# The EAGLE-3 launch also lowers --mem-fraction-static: at sglang 0.5.14's default the draft's KV pool does not fit
-# next to the target's on one GPU (the lab, 2026-12-01: 18.3 GiB asked, 4.4 GiB free; the server dies at start:
-# benchmark/results/lab-userpath-2026-12-01-default-mem-fraction-oom.json). A user on one GPU has to do the same.
-EAGLE3_FLAGS = ["--mem-fraction-static", "0.7", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
-                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # + draft path
+# the launch flags of a user's TP=1 server, with and without the EAGLE-3 draft (suite_env: the hostile suite uses
+# them too)
+USER_FLAGS, EAGLE3_FLAGS = suite_env.USER_FLAGS, suite_env.EAGLE3_FLAGS
 NUM_STEPS = int(EAGLE3_FLAGS[EAGLE3_FLAGS.index("--speculative-num-steps") + 1])  # the accept length's expectation
 STARTUP_TIMEOUT_S = 300  # ~60-110 s on the lab (the first start of a machine compiles Triton kernels)
 WARM_STARTUP_S = 90

@@ -1,7 +1,8 @@
-"""The ground truth of the generated lab target, computed without the server: its tokenizer (transformers, from
-the model directory, as the server loads it) and its bigram map B (benchmark/models/gen_lab_pair.py, from the
-preset and seed the generator wrote into lab_pair.json). Greedy decoding of a prompt continues with
-B(last prompt token), B(B(...)), ...; the text is what the tokenizer decodes those ids to."""
+"""The ground truth of the generated lab target, computed without the server (the user-path and hostile GPU suites
+check answers against it): its tokenizer (transformers, from the model directory, as the server loads it) and its
+bigram map B (benchmark/models/gen_lab_pair.py, from the preset and seed the generator wrote into lab_pair.json).
+Greedy decoding of a prompt continues with B(last prompt token), B(B(...)), ...; the text is what the tokenizer
+decodes those ids to."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "benchmark" / "models" / "gen_lab_pair.py"
 
 
