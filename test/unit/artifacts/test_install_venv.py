@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
@@ -47,10 +46,8 @@ def real_build(tmp_path_factory):
 
 
 @pytest.fixture
-def fresh_venv(tmp_path):
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    return env_dir / "bin" / "python"
+def fresh_venv(tmp_path, pip_venv):
+    return pip_venv(tmp_path / "venv")  # a venv with pip, as venv.EnvBuilder(with_pip=True) makes it
 
 
 def test_wheels_install_and_report_local_version_then_roll_back(real_build, fresh_venv):
