@@ -9,7 +9,8 @@ workers asking for the same thing at once wait for one build instead of racing t
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,3 +37,20 @@ def made_once(lock_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def made_once_dir(parent: Path, key: str, make: Callable[[Path], None]) -> Path:
+    """parent/key, filled by make(parent/key) once per run: the first process that asks makes it, under the lock;
+    one that asks meanwhile waits and then takes it as it is. Made in place (what it holds may name its own path:
+    a venv, a file:// index), whole only once the marker beside it is written; one a dead process left half made
+    is made again. `key` must say everything the directory is made from. Read-only for whoever takes it."""
+    dest = parent / key
+    done = parent / f".{key}.complete"
+    if not done.exists():
+        with made_once(parent / f".{key}.lock"):
+            if not done.exists():
+                shutil.rmtree(dest, ignore_errors=True)
+                dest.mkdir(parents=True)
+                make(dest)
+                done.write_text("")
+    return dest

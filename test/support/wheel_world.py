@@ -108,7 +108,9 @@ class Server:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # close() waits for serve_forever's next look at its shutdown flag: every 0.05 s, not the default 0.5 s
+        # that each test's teardown paid (0.45 s a server, two in some tests)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     def simple_page(self, path: str) -> bytes | None:

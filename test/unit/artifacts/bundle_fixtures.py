@@ -5,10 +5,13 @@ sglang-kernel, and a PEP 503 index of small dependency wheels. Nothing is downlo
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from sglang_blackwell.artifacts.index import build_index
 from sglang_blackwell.patchset.bases import load_base
@@ -115,6 +118,9 @@ def dep_wheels(d: Path) -> list[Path]:
     ]
 
 
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
 def make_world(tmp_path: Path, server, lib_size: int = 150_000) -> BundleWorld:
     """patches/9.9.9 with sglang (requires the kernel, flashinfer, depa>=1.0, depb, torch) and flashinfer."""
     sg = make_wheel(server.root / "sglang-0.0.1-py3-none-any.whl", "sglang", "0.0.1",
@@ -155,6 +161,45 @@ def lock_world(world: BundleWorld, python: str) -> Path:
 
     lock = generate(get_base("9.9.9"), python, python_exe=sys.executable, index_url=world.index)
     return write(lock, f"sglang-blackwell lock --base 9.9.9 --python-version {python} --index-url {world.index}")
+
+
+def make_locked_world(d: Path, server, python: str) -> None:
+    """make_world + lock_world into `d`, with the upstream wheels the bundle fetches (sglang, flashinfer, the
+    kernel) downloaded from `server` into d/cache: the per-test world's template (world_copy)."""
+    from sglang_blackwell.artifacts.bundle import kernel_artifact
+    from sglang_blackwell.patchset.bases import get_base
+    from sglang_blackwell.patchset.fetch import fetch
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SGLANG_BLACKWELL_PATCHES", str(d / "patches"))
+        mp.setenv("SGLANG_BLACKWELL_CACHE", str(d / "cache"))
+        isolated_pip_env(mp)
+        w = make_world(d, server)
+        lock_world(w, python)  # its build fetches sglang and flashinfer into d/cache
+        fetch(kernel_artifact(get_base("9.9.9"), python), d / "cache")
+
+
+TEMPLATE_PARTS = ("patches", "depwheels", "index", "cache")
+
+
+def world_copy(template: Path, tmp_path: Path, server) -> BundleWorld:
+    """A world of the test's own in tmp_path, laid out as make_world + lock_world make it there: a copy of the
+    template (make_locked_world), whose base pins the wheels `server` serves. The test may change any of it (the
+    index, the base, the cache). Its cache holds the verified upstream downloads (fetched once, from `server`, for
+    the template: fetch's own tests are patchset/test_fetch.py and test_build.py), and no dependency wheels: the
+    bundle downloads those from the index, as before. The lock's `lock-index` line names the copy's index, as the
+    lock made for this tmp_path would."""
+    for name in TEMPLATE_PARTS:
+        shutil.copytree(template / name, tmp_path / name, symlinks=True)
+    old, new = f"file://{template / 'index'}", f"file://{tmp_path / 'index'}"
+    for lock in (tmp_path / "patches" / "9.9.9" / "locks").glob("py*.txt"):
+        text = lock.read_text()
+        assert f"# lock-index: {old}/" in text, lock
+        lock.write_text(text.replace(f"# lock-index: {old}/", f"# lock-index: {new}/"))
+    return BundleWorld(tmp_path / "patches" / "9.9.9", f"{new}/simple", server.root / KERNEL_NAME)
+
+
+KERNEL_NAME = f"sglang_kernel-0.0.1-{KERNEL_TAG}.whl"  # kernel_wheel's name for the defaults
 
 
 ORIGINAL_GATE = b"def gate(major):\n    return major in (9, 10)\n\n\ndef other():\n    return 1\n"

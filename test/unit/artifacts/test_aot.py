@@ -114,11 +114,9 @@ def test_add_files_keeps_the_wheel_valid(tmp_path):
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.network
-def test_unpatched_trtllm_comm_is_refused_for_sm120(tmp_path):
+def test_unpatched_trtllm_comm_is_refused_for_sm120(tmp_path, tree_factory):
     """Without P1, FlashInfer 0.6.4's trtllm_comm spec refuses SM12x: the error says so, nothing is cached."""
-    from support.trees import TreeFactory
-
-    tree = TreeFactory(tmp_path / "trees").tree("0.5.9", "flashinfer", 0)
+    tree = tree_factory.tree("0.5.9", "flashinfer", 0)  # the run's upstream tree (read-only: the build reads it)
     with pytest.raises(UserError, match=r"trtllm_comm for 12\.0a failed to build.*No supported CUDA architectures"):
         build_aot_modules(tree, ["trtllm_comm"], "12.0a", tmp_path / "cache", python=sys.executable,
                           include_dirs=extra_include_dirs())
@@ -160,7 +158,9 @@ def test_patched_flashinfer_wheel_built_with_aot_holds_sm120a_modules(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["True", str(so), "True"]
 
-    # the second build is a cache hit and gives the same bytes
+    # the second build is a cache hit and gives the same bytes (a second real build of base 0.5.9, ~4 s: the
+    # cache hit is what is tested; the first build's nvcc run of norm for sm_120a, 1-2 min cold, is cached per
+    # user, so only a cold cache pays it)
     built2, _ = build(base, tmp_path / "dist2", aot=req)
     assert next(w for w in built2 if w.package == "flashinfer").sha256 == fi.sha256
 
@@ -237,6 +237,8 @@ def _nvcc_module(so: Path, arch: str, tmp: Path) -> Path:
 @needs_nvcc
 @pytest.mark.slow
 def test_bundle_jit_module_built_from_patched_sources_cached_and_installed(world, tmp_path, monkeypatch):
+    # slow on purpose (~10 s): three real nvcc runs (norm for 9.0a and for 12.0a by the bundle, one for the import
+    # directory), each of which an assertion below counts (builds.log) or reads the SASS of
     jit_python = str(_build_venv(tmp_path / "jit-venv"))
     m, msgs = _bundle(tmp_path / "b", jit_archs=["9.0a"], jit_python=jit_python)
     jit = _jit(m)

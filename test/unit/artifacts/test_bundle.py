@@ -27,19 +27,7 @@ from sglang_blackwell.patchset.bases import get_base
 from support.wheel_check import installer_problems
 from support.wheel_world import PATCHED, sha256
 
-from .bundle_fixtures import isolated_pip_env, kernel_wheel, lock_world, make_world, run_install
-
-PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
-
-
-@pytest.fixture
-def world(tmp_path, server, monkeypatch):
-    w = make_world(tmp_path, server)
-    monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(w.base.parent))
-    monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
-    isolated_pip_env(monkeypatch)
-    lock_world(w, PY)
-    return w
+from .bundle_fixtures import PY, kernel_wheel, run_install
 
 
 def _bundle(world, out: Path, **kw) -> dict:
@@ -410,13 +398,10 @@ def test_cli_bundle(world, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_install_into_the_interpreters_own_environment(world, tmp_path):
-    import venv
-
+def test_install_into_the_interpreters_own_environment(world, tmp_path, pip_venv):
     out = tmp_path / "bundle"
     _bundle(world, out, deps=_pins(tmp_path, "depa==2.0\ndepb==1.0\ndepc==1.1\n"))
-    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
-    py = str(tmp_path / "venv/bin/python")
+    py = str(pip_venv(tmp_path / "venv"))  # a venv with pip, as venv.EnvBuilder(with_pip=True) makes it
     r = run_install(out, "--dry-run", python=py)
     assert r.returncode == 0 and "--force-reinstall" in r.stdout and "--target" not in r.stdout, r.stderr
     r = run_install(out, python=py)

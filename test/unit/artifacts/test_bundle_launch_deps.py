@@ -22,7 +22,6 @@ from sglang_blackwell.artifacts.lock import load_lock
 from sglang_blackwell.errors import UserError
 from sglang_blackwell.patchset.bases import get_base, list_bases
 
-from .bundle_fixtures import isolated_pip_env, lock_world, make_world
 from .test_bundle import PY, _pins
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,12 +99,8 @@ def test_a_broken_launch_deps_file_is_named(tmp_path):
     assert load_deps_sections(get_base("0.5.14"), bad) == {"launch_deps": {"xgrammar": "x"}, "bench_serving_deps": {}}
 
 
-def test_bundle_warns_one_line_per_missing_launch_dependency(tmp_path, server, monkeypatch):
-    world = make_world(tmp_path, server)
-    monkeypatch.setenv("SGLANG_BLACKWELL_PATCHES", str(world.base.parent))
-    monkeypatch.setenv("SGLANG_BLACKWELL_CACHE", str(tmp_path / "cache"))
-    isolated_pip_env(monkeypatch)
-    lock_world(world, PY)  # bundle --deps checks every pin against the base's lock
+def test_bundle_warns_one_line_per_missing_launch_dependency(tmp_path, world):
+    # world: make_world + its lock (conftest.py; bundle --deps checks every pin against the base's lock)
     known = tmp_path / "launch_deps.toml"
     known.write_text('[launch_deps]\ndepb = "the b endpoint"\ndepc = "the c backend"\n'
                      'Dep_Z = "the z grammar: the server dies at start"\nnumpy = "everything"\n'

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import venv
 
 import pytest
 
@@ -22,7 +21,7 @@ def _wheel(d, version, payload=b""):
 
 
 @pytest.mark.slow
-def test_pip_installs_from_the_release_index(tmp_path):
+def test_pip_installs_from_the_release_index(tmp_path, pip_venv):
     rel = tmp_path / "releases"
     _wheel(rel / "v0.1.0", "1.0+sm120.1")
     _wheel(rel / "v0.2.0", "1.0+sm120.2")
@@ -33,9 +32,7 @@ def test_pip_installs_from_the_release_index(tmp_path):
     page = (root / "demo-pkg" / "index.html").read_text()
     assert f'href="file://{rel}/v0.1.0/demo_pkg-1.0+sm120.1-py3-none-any.whl#sha256=' in page
     assert not (tmp_path / "site/whl/cu130/files").exists()  # linked, not copied
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    py = env_dir / "bin" / "python"
+    py = pip_venv(tmp_path / "venv")  # a venv with pip, as venv.EnvBuilder(with_pip=True) makes it
     r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", "--index-url", f"file://{root}",
                         "demo-pkg==1.0+sm120.1"], capture_output=True, text=True,
                        env={**os.environ, "PIP_CONFIG_FILE": os.devnull})

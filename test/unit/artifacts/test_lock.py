@@ -225,13 +225,11 @@ def test_install_without_a_lock_names_what_is_missing(tmp_path, server, torch_in
 
 
 @pytest.mark.slow
-def test_install_puts_exactly_the_lock_into_a_venv_and_refuses_other_bytes(tmp_path, server, torch_index, monkeypatch):
-    import venv
-
+def test_install_puts_exactly_the_lock_into_a_venv_and_refuses_other_bytes(tmp_path, server, torch_index, monkeypatch,
+                                                                           pip_venv):
     _world(tmp_path, server, monkeypatch, torch_index)
     base, lock = _lock(server)
-    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
-    py = str(tmp_path / "venv" / "bin" / "python")
+    py = str(pip_venv(tmp_path / "venv"))  # a venv with pip, as venv.EnvBuilder(with_pip=True) makes it
     install(base, tmp_path / "dist", python_exe=py)  # pip reads PIP_INDEX_URL: this index stands in for the user's
     probe = ("import importlib.metadata as m, json, re; print(json.dumps({re.sub(r'[-_.]+', '-', "
              "d.metadata['Name']).lower(): d.version for d in m.distributions()}))")
@@ -244,8 +242,7 @@ def test_install_puts_exactly_the_lock_into_a_venv_and_refuses_other_bytes(tmp_p
     assert "nvidia-fake" not in have
     # the index now serves other bytes under a locked name: pip refuses, nothing of the hashed set goes in
     make_wheel(server.root / "depa-2.0-py3-none-any.whl", "depa", "2.0", {"depa/__init__.py": b"EVIL = 1\n"})
-    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv2")
-    py2 = str(tmp_path / "venv2" / "bin" / "python")
+    py2 = str(pip_venv(tmp_path / "venv2"))
     with pytest.raises(UserError, match="pip install failed"):
         install(base, tmp_path / "dist", python_exe=py2)
     have2 = subprocess.run([py2, "-c", probe], capture_output=True, text=True, check=True).stdout
