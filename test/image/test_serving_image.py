@@ -109,12 +109,14 @@ def test_labels_are_the_build_manifests(built, config, image_dist):
 
 
 def test_the_image_carries_the_wheels_make_builds(image_dist, tmp_path):
-    """Byte for byte: the builder stage's wheels are the ones `sglang-blackwell build` makes on the host, and an
-    independent reader (PyPA's installer) accepts their RECORD."""
+    """Byte for byte: the builder stage's wheels are the ones `sglang-blackwell build` makes on the host for the
+    image's Python, and an independent reader (PyPA's installer) accepts their RECORD. For the image's Python: a
+    base that pins an sglang wheel per CPython (0.5.14, the default, and 0.5.23) builds one per pinned Python when
+    none is named, the image only its own."""
     base = get_base(None)
     manifest = json.loads((image_dist / f"manifest-{base.name}.json").read_text())
     assert manifest["base"] == base.name and manifest["python"] == "3.11"  # Debian bookworm's python3
-    here, _ = build(base, tmp_path / "dist")
+    here, _ = build(base, tmp_path / "dist", python=manifest["python"])
     want = {w.path.name: hashlib.sha256(w.path.read_bytes()).hexdigest() for w in here}
     in_image = {w["output"]["filename"]: w["output"]["sha256"] for p in manifest["packages"] for w in p["wheels"]}
     assert in_image == want
