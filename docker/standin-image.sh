@@ -5,9 +5,10 @@
 #     The default suite is bookworm (Debian 12): the newest Debian whose python3 (3.11) the bases' hashed locks
 #     cover. trixie (Debian 13) is nearer the CUDA image's Ubuntu 24.04 (glibc 2.41 vs 2.39), but its python3 is
 #     3.13, and no base installs there (sglang requires outlines==0.1.11 -> outlines_core 0.1.26, which has no
-#     cp313 wheel: patches/<base>/locks/lock.toml [unsupported]). The default base's wheels (0.5.9) are
-#     py3-none-any, the same files the real image (python 3.12) installs; 0.5.14 and 0.5.23 pin cp311 wheels for
-#     it (BASE=...).
+#     cp313 wheel: patches/<base>/locks/lock.toml [unsupported]). The default base (0.5.14) pins one sglang wheel
+#     per CPython: the stand-in builds and installs its cp311 wheel where the real image (python 3.12) installs
+#     cp312 (same series; flashinfer is py3-none-any, the same file in both). 0.5.23 pins cp311 too; 0.5.9's wheels
+#     are py3-none-any (BASE=...).
 #  2. buildah (chroot isolation, Docker image format so that the HEALTHCHECK is kept; overlay storage where
 #     this kernel lets root mount overlayfs, else vfs) builds the Dockerfile the way release.yml does: the manifest stage, then the runtime stage labelled from that stage's
 #     labels.txt, the builder stage built once (--layers). CUDA_IMAGE is the stand-in, CUDA_ARCHS is empty (no

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 import socket
 import threading
 from pathlib import Path
@@ -36,6 +37,12 @@ REPO = Path(__file__).resolve().parents[2]
 DIST = "/opt/sglang-blackwell/dist"
 VENV_PY = "/opt/venv/bin/python"
 ENV_DUMP = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('NCCL_')}))"
+
+
+def image_base():
+    """The base line the image was built for: docker/standin-image.sh's BASE (`make image-test BASE=0.5.9`; the
+    environment reaches the script unchanged), else the Dockerfile's ARG BASE, which is the default base."""
+    return get_base(os.environ.get("BASE") or None)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +99,7 @@ def test_the_configuration_is_the_dockerfiles(config):
 def test_labels_are_the_build_manifests(built, config, image_dist):
     """release.yml's way: the manifest stage's labels.txt labels the runtime build; they must equal what
     `image labels` makes of the manifest inside the image (its sha256 included)."""
-    base = get_base(None)
+    base = image_base()
     labels = config["Labels"]
     from_manifest = image_labels(base, image_dist)
     assert from_manifest[f"{LABEL_NS}.manifest-sha256"] == hashlib.sha256(
@@ -109,12 +116,14 @@ def test_labels_are_the_build_manifests(built, config, image_dist):
 
 
 def test_the_image_carries_the_wheels_make_builds(image_dist, tmp_path):
-    """Byte for byte: the builder stage's wheels are the ones `sglang-blackwell build` makes on the host, and an
-    independent reader (PyPA's installer) accepts their RECORD."""
-    base = get_base(None)
+    """Byte for byte: the builder stage's wheels are the ones `sglang-blackwell build` makes on the host for the
+    image's Python, and an independent reader (PyPA's installer) accepts their RECORD. For the image's Python: a
+    base that pins an sglang wheel per CPython (0.5.14, the default, and 0.5.23) builds one per pinned Python when
+    none is named, the image only its own."""
+    base = image_base()
     manifest = json.loads((image_dist / f"manifest-{base.name}.json").read_text())
     assert manifest["base"] == base.name and manifest["python"] == "3.11"  # Debian bookworm's python3
-    here, _ = build(base, tmp_path / "dist")
+    here, _ = build(base, tmp_path / "dist", python=manifest["python"])
     want = {w.path.name: hashlib.sha256(w.path.read_bytes()).hexdigest() for w in here}
     in_image = {w["output"]["filename"]: w["output"]["sha256"] for p in manifest["packages"] for w in p["wheels"]}
     assert in_image == want
@@ -147,7 +156,7 @@ def test_the_entrypoint_reaches_the_patched_sglang(config, ctr, image_dist):
     declared = {canonicalize_name(Requirement(q).name) for q in reqs}
     dist = {"PIL": "pillow", "zmq": "pyzmq", "yaml": "pyyaml"}.get(missing, missing)  # import name -> distribution
     assert canonicalize_name(dist) in declared, (missing, sorted(declared))
-    base = get_base(None)
+    base = image_base()
     marker = json.loads(ok(ctr.run("python", "-c", "import importlib.metadata as m; "
                                                    "print(m.distribution('sglang').read_text('sglang_blackwell.json'))")))
     assert marker["series_sha256"] == next(p["series_sha256"] for p in json.loads(
@@ -156,7 +165,7 @@ def test_the_entrypoint_reaches_the_patched_sglang(config, ctr, image_dist):
 
 
 def test_image_verify_as_the_images_user(ctr):
-    base = get_base(None)
+    base = image_base()
     out = ok(ctr.run("sglang-blackwell", "image", "verify", "--base", base.name, "--dist", DIST, "--python",
                      VENV_PY, "--nccl-profile", load_dockerfile(REPO).arg("NCCL_PROFILE"), "--skip-cuda-wheels"))
     assert f"image verify {VENV_PY}: OK (base {base.name}" in out
@@ -168,7 +177,7 @@ def test_doctor_json(ctr, image_dist):
     receipt = json.loads(r.stdout)
     assert validate_doctor(receipt) == []
     checks = {c["id"]: c for c in receipt["checks"]}
-    manifest = json.loads((image_dist / f"manifest-{get_base(None).name}.json").read_text())
+    manifest = json.loads((image_dist / f"manifest-{image_base().name}.json").read_text())
     assert checks["fork_builds"]["status"] == "ok"
     for p in manifest["packages"]:
         assert f"{p['distribution']} {p['local_version']}: this fork" in checks["fork_builds"]["detail"]

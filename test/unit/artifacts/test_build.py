@@ -112,13 +112,39 @@ def test_killed_build_leaves_no_wheel_and_no_cache_entry(tiny_base, server, tmp_
 
 @pytest.mark.network
 def test_default_base_wheels_carry_the_series(tmp_path, monkeypatch):
-    """The real default base: both wheels built, each patched file differs from upstream, RECORD valid."""
+    """The real default base (0.5.14), built for this Python: both wheels, each patched file differs from
+    upstream, RECORD valid, and the series carries the split-KV kernels 0.5.9 lacks (P8, P11), P9 and P13."""
     monkeypatch.delenv("SGLANG_BLACKWELL_PATCHES", raising=False)
     monkeypatch.delenv("SGLANG_BLACKWELL_CACHE", raising=False)
     base = get_base(None)
-    built, manifest = build(base, tmp_path / "dist")
+    assert base.name == "0.5.14"
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    tag = f"cp{py.replace('.', '')}"
+    built, manifest = build(base, tmp_path / "dist", python=py)
     names = sorted(w.path.name for w in built)
     label = base.local_label  # sm120.N: bumped whenever the series changes (labellock.py)
+    assert names == [f"flashinfer_python-0.6.12+{label}-py3-none-any.whl",
+                     f"sglang-0.5.14+{label}-{tag}-{tag}-manylinux_2_34_x86_64.whl"]
+    for w in built:
+        assert check_record(w.path) == [] and wheel_version_ok(w.path)
+        assert installer_problems(w.path) == []  # an independent reader agrees
+    with zipfile.ZipFile(tmp_path / "dist" / names[1]) as z:
+        assert "layers/attention/triton_ops/verify_shared_kv.py" in " ".join(z.namelist())  # P8's kernel
+    m = json.loads(manifest.read_text())
+    carried = {p["logical_id"] for pkg in m["packages"] for p in pkg["patches"]}
+    assert carried == {f"P{i}" for i in range(1, 14)} - {"P3"}  # P3 is upstream's own in 0.5.14
+
+
+@pytest.mark.network
+def test_older_base_wheels_carry_the_series_and_the_cuda13_requirements(tmp_path, monkeypatch):
+    """The older line, 0.5.9 (py3-none-any wheels): each patched file differs from upstream, RECORD valid, and
+    METADATA requires what the base ships (flashinfer 0.6.4, cuda-python 13), not sglang's CUDA 12 pins."""
+    monkeypatch.delenv("SGLANG_BLACKWELL_PATCHES", raising=False)
+    monkeypatch.delenv("SGLANG_BLACKWELL_CACHE", raising=False)
+    base = get_base("0.5.9")
+    built, manifest = build(base, tmp_path / "dist")
+    names = sorted(w.path.name for w in built)
+    label = base.local_label
     assert names == [f"flashinfer_python-0.6.4+{label}-py3-none-any.whl", f"sglang-0.5.9+{label}-py3-none-any.whl"]
     for w in built:
         assert check_record(w.path) == [] and wheel_version_ok(w.path)

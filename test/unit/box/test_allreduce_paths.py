@@ -83,7 +83,7 @@ def test_module_constants_reads_expressions(tmp_path):
 
 @pytest.mark.network
 def test_sglang_facts_from_the_pinned_upstream_wheel(tmp_path):
-    """Read the real sglang 0.5.9 files (the default base's pinned wheel, fetched and sha256-verified)."""
+    """Read the real sglang 0.5.9 files (the 0.5.9 line's pinned wheel, fetched and sha256-verified)."""
     from sglang_blackwell.patchset.bases import get_base
     from sglang_blackwell.patchset.fetch import fetch
 

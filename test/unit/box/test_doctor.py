@@ -232,7 +232,7 @@ def test_fork_builds_read_from_dist_info_markers(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def flashinfer_064(tmp_path_factory) -> Path:
-    """The default base's pinned flashinfer-python wheel (fetched, sha256-verified), unpacked."""
+    """The 0.5.9 line's pinned flashinfer-python 0.6.4 wheel (fetched, sha256-verified), unpacked."""
     pytest.importorskip("torch", reason="flashinfer imports torch (make test installs the CPU build)")
     from sglang_blackwell.patchset.bases import get_base
     from sglang_blackwell.patchset.fetch import fetch

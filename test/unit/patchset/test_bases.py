@@ -5,16 +5,33 @@ from __future__ import annotations
 import pytest
 
 from sglang_blackwell.errors import UserError
-from sglang_blackwell.patchset.bases import get_base, list_bases, load_base
+from sglang_blackwell.patchset.bases import get_base, list_bases, load_base, series_for
 from support.fake_base import Patched, WheelPin, render_base
 
 
-def test_real_tree_has_exactly_one_default_and_pins_the_known_good_stack(monkeypatch):
+def test_real_tree_has_exactly_one_default_the_line_with_every_patch(monkeypatch):
+    """The default is 0.5.14: the line every EAGLE-3 receipt measured, with P8, P9, P11 and P13 (split-KV verify
+    and draft extend, first-use warm-up, context-sized GQA decode splits), which 0.5.9 lacks."""
     monkeypatch.delenv("SGLANG_BLACKWELL_PATCHES", raising=False)
     bases = list_bases()
-    assert [b.name for b in bases if b.default] == ["0.5.9"]
+    assert [b.name for b in bases if b.default] == ["0.5.14"]
     b = get_base(None)
-    assert b.name == "0.5.9"
+    assert b.name == "0.5.14" and b.package("sglang").version == "0.5.14"
+    assert b.package("flashinfer-python").version == "0.6.12"
+    assert b.runtime_artifact("torch").requirement == "torch==2.11.0"
+    assert b.runtime_artifact("sglang-kernel").requirement == "sglang-kernel==0.4.4"
+    carried = {p.logical_id for p in series_for(b, "sglang").patches}
+    older = {p.logical_id for p in series_for(get_base("0.5.9"), "sglang").patches}
+    assert {"P8", "P9", "P11", "P13"} <= carried and not {"P8", "P9", "P11", "P13"} & older
+    for pkg in b.patched:
+        for art in pkg.files:
+            assert len(art.sha256) == 64 and art.url.startswith("https://files.pythonhosted.org/")
+
+
+def test_real_tree_pins_the_known_good_stack_on_the_older_line(monkeypatch):
+    monkeypatch.delenv("SGLANG_BLACKWELL_PATCHES", raising=False)
+    b = get_base("0.5.9")
+    assert not b.default
     assert b.package("sglang").version == "0.5.9"
     assert b.package("flashinfer-python").version == "0.6.4"
     assert b.package("sglang").requires_rewrite["flashinfer_python"] == "flashinfer_python==0.6.4"

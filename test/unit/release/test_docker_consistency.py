@@ -53,14 +53,14 @@ def problems(root: Path) -> str:
 
 
 def test_default_base_changed_only_in_the_dockerfile(repo):
-    edit(repo / "docker/Dockerfile", "ARG BASE=0.5.9", "ARG BASE=0.5.14")
-    assert "docker/Dockerfile: ARG BASE=0.5.14 but the default base is 0.5.9" in problems(repo)
+    edit(repo / "docker/Dockerfile", "ARG BASE=0.5.14", "ARG BASE=0.5.9")
+    assert "docker/Dockerfile: ARG BASE=0.5.9 but the default base is 0.5.14" in problems(repo)
 
 
 def test_default_base_changed_only_in_base_toml(repo):
-    edit(repo / "patches/0.5.9/base.toml", "default = true", "default = false")
-    edit(repo / "patches/0.5.14/base.toml", 'name = "0.5.14"\n', 'name = "0.5.14"\ndefault = true\n')
-    assert "docker/Dockerfile: ARG BASE=0.5.9 but the default base is 0.5.14" in problems(repo)
+    edit(repo / "patches/0.5.14/base.toml", "default = true", "default = false")
+    edit(repo / "patches/0.5.9/base.toml", 'name = "0.5.9"\n', 'name = "0.5.9"\ndefault = true\n')
+    assert "docker/Dockerfile: ARG BASE=0.5.14 but the default base is 0.5.9" in problems(repo)
 
 
 def test_cuda_version_changed_only_in_the_dockerfile(repo):
