@@ -1,4 +1,4 @@
-"""Fixtures of the bench eagle3 tests."""
+"""Fixtures of the bench eagle3 tests: the harness's fixed polls, at a twentieth of their interval."""
 
 from __future__ import annotations
 
@@ -7,18 +7,25 @@ from types import SimpleNamespace
 
 import pytest
 
-# the poll of profiling._wait_traces as these tests run it: sleep/20 between polls (1 s -> 50 ms)
+# what the harness's polls sleep in these tests: sleep/20 (wait_healthy's 0.5 s -> 25 ms, the traces' 1 s -> 50 ms)
 POLL_SCALE = 20
 
 
-@pytest.fixture
-def fast_profile_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """profiling's `time` with its sleeps cut by POLL_SCALE (monotonic stays the real clock, so every timeout is as
-    the config says). The fake server (support/fake_sglang_server.py) writes each rank's whole trace before its
-    /start_profile answers, so a trace's size is already final at the first poll: the two-poll stability rule
-    passes at the second poll whatever its interval, and the interval (1 s each window) is not what these tests
-    check. A test of the poll itself (test_verify_ranks.py) runs it on a virtual clock instead."""
-    from sglang_blackwell.bench.eagle3 import profiling
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """server.py's and profiling.py's `time` with their sleeps cut by POLL_SCALE; monotonic stays the real clock,
+    so every timeout and deadline is what the config or the flag says, only looked at more often. What the polls
+    wait for comes at once in these tests, and an interval is not what any of them checks:
 
-    monkeypatch.setattr(profiling, "time", SimpleNamespace(monotonic=time.monotonic,
-                                                           sleep=lambda s: time.sleep(s / POLL_SCALE)))
+    - wait_healthy polls /health every 0.5 s: a fake server (support/fake_*_server.py) listens ~0.1-0.3 s after
+      its start, so each launch waited out a whole interval (the log's "healthy after 0.5 s");
+    - profiling._wait_traces polls every 1 s for a trace's size to stay the same over two polls: the fake server
+      writes each rank's whole trace before its /start_profile answers, so the second poll passes whatever the
+      interval; a test of the poll itself (test_verify_ranks.py) runs it on a virtual clock.
+
+    Only this process's polls: a harness run as a subprocess (the Ctrl-C tests) polls at the real intervals."""
+    from sglang_blackwell.bench.eagle3 import profiling, server
+
+    fast = SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: time.sleep(s / POLL_SCALE))
+    monkeypatch.setattr(profiling, "time", fast)
+    monkeypatch.setattr(server, "time", fast)

@@ -84,7 +84,6 @@ def test_launch_mode_fast_eagle3_passes(tmp_path: Path, capsys: pytest.CaptureFi
     assert "measured with a different config" in capsys.readouterr().err
 
 
-@pytest.mark.usefixtures("fast_profile_polls")  # conftest.py: the trace polls at 50 ms
 def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     # the fake servers hand out real rank-0 traces of the lab (2x H200, 10-layer pair, fusion off and on): the
@@ -112,7 +111,6 @@ def test_profile_window_reads_real_lab_traces_and_keeps_them(tmp_path: Path,
         assert kept.name.endswith(".trace.json.gz") and kept.stat().st_size == runs[arm]["profile"]["trace_bytes"]
 
 
-@pytest.mark.usefixtures("fast_profile_polls")  # conftest.py: the trace polls at 50 ms
 def test_profile_window_reads_every_rank_and_takes_the_waits_out(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     # the fake servers hand out one trace per TP rank (FAKE_TRACE_TP1: rank 1's), synthetic two-rank traces of

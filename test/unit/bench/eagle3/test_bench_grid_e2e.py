@@ -121,7 +121,6 @@ def _write_trace(path: Path, attention_us: float) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("fast_profile_polls")  # conftest.py: the trace polls at 50 ms
 def test_profile_per_context_gives_kernel_classes_and_the_growth(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     # the fake hands out one trace per profile window in order: at 16 tokens attention takes 100 us per verify, at
