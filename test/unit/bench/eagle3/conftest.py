@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -11,8 +12,8 @@ import pytest
 POLL_SCALE = 20
 
 
-@pytest.fixture(autouse=True)
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module", autouse=True)
+def fast_polls() -> Iterator[None]:
     """server.py's and profiling.py's `time` with their sleeps cut by POLL_SCALE; monotonic stays the real clock,
     so every timeout and deadline is what the config or the flag says, only looked at more often. What the polls
     wait for comes at once in these tests, and an interval is not what any of them checks:
@@ -23,9 +24,13 @@ def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
       writes each rank's whole trace before its /start_profile answers, so the second poll passes whatever the
       interval; a test of the poll itself (test_verify_ranks.py) runs it on a virtual clock.
 
-    Only this process's polls: a harness run as a subprocess (the Ctrl-C tests) polls at the real intervals."""
+    Only this process's polls: a harness run as a subprocess (the Ctrl-C tests) polls at the real intervals.
+    Module-scoped (an autouse fixture comes first in its scope), so that a module's shared fake servers
+    (test_bench_client.py's `servers`) start and stop under it too; undone at the module's end."""
     from sglang_blackwell.bench.eagle3 import profiling, server
 
     fast = SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: time.sleep(s / POLL_SCALE))
-    monkeypatch.setattr(profiling, "time", fast)
-    monkeypatch.setattr(server, "time", fast)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profiling, "time", fast)
+        mp.setattr(server, "time", fast)
+        yield
