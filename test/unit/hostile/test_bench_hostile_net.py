@@ -28,6 +28,10 @@ from support.hostile import Case, assert_clean
 
 CONFIG = "fake.toml"
 OUT = "out"
+# --deadline-s of the cases that must end at it, mid-request: it counts from run_all's start (after the CLI's
+# imports), and what comes before the hung request is a few loopback requests to the hostile server (~50 ms idle);
+# 2 s leaves them 40 times that on a loaded box, and each second of it is a second of these cases' wall time
+RUN_DEADLINE_S = 2
 
 HOSTILE_SERVER = r'''
 import json, os, sys, time
@@ -288,32 +292,37 @@ def test_keepalive_comments_forever_end_at_the_run_deadline(tmp_path, servers):
     port = servers.start(tmp_path, "keepalive")
     url = f"http://127.0.0.1:{port}"
     t0 = [time.monotonic()]
-    case = attach_case("attach-keepalive-deadline", [url], (f"{url}/v1/completions", "--deadline-s 4"), rc=1,
-                       extra=("--deadline-s", "4"), timeout=40, after=took_less_than(30, t0))
+    case = attach_case("attach-keepalive-deadline", [url],
+                       (f"{url}/v1/completions", f"--deadline-s {RUN_DEADLINE_S} reached mid-request"), rc=1,
+                       extra=("--deadline-s", str(RUN_DEADLINE_S)), timeout=40, after=took_less_than(30, t0))
     assert_clean(case, tmp_path)
 
 
 def test_keepalive_comments_are_no_progress_idle_deadline(tmp_path, servers):
     port = servers.start(tmp_path, "keepalive")
     url = f"http://127.0.0.1:{port}"
-    case = attach_case("attach-keepalive-idle", [url], (f"{url}/v1/completions", "no data", "2 s"), rc=1,
-                       extra=("--request-timeouts", "2,2,600"), timeout=40)
+    # idle 1 s: five of the server's 0.2 s comment intervals, so comments taken for progress would never let it fire
+    case = attach_case("attach-keepalive-idle", [url],
+                       (f"{url}/v1/completions", "no data for 1 s after the last event (idle deadline"), rc=1,
+                       extra=("--request-timeouts", "2,1,600"), timeout=40)
     assert_clean(case, tmp_path)
 
 
 def test_a_server_that_never_answers_meets_the_first_byte_deadline(tmp_path, servers):
     port = servers.start(tmp_path, "silent")
     url = f"http://127.0.0.1:{port}"
-    case = attach_case("attach-silent-first-byte", [url], (f"{url}/v1/completions", "first-byte", "2 s"), rc=1,
-                       extra=("--request-timeouts", "2,60,600"), timeout=40)
+    case = attach_case("attach-silent-first-byte", [url],
+                       (f"{url}/v1/completions", "no answer within 1 s (first-byte deadline)"), rc=1,
+                       extra=("--request-timeouts", "1,60,600"), timeout=40)
     assert_clean(case, tmp_path)
 
 
 def test_a_server_that_never_answers_ends_at_the_run_deadline(tmp_path, servers):
     port = servers.start(tmp_path, "silent")
     url = f"http://127.0.0.1:{port}"
-    case = attach_case("attach-silent-deadline", [url], (f"{url}/v1/completions", "--deadline-s 3"), rc=1,
-                       extra=("--deadline-s", "3"), timeout=40)
+    case = attach_case("attach-silent-deadline", [url],
+                       (f"{url}/v1/completions", f"--deadline-s {RUN_DEADLINE_S} reached mid-request"), rc=1,
+                       extra=("--deadline-s", str(RUN_DEADLINE_S)), timeout=40)
     assert_clean(case, tmp_path)
 
 

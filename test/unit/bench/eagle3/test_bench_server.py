@@ -143,6 +143,11 @@ def stubborn_harness(tmp_path: Path, *entry: str) -> tuple[list[str], Path]:
     stubborn = {"FAKE_STARTUP_S": "60", "FAKE_IGNORE_SIGTERM": "1", "FAKE_SPAWN_CHILD": "1",
                 "FAKE_PID_FILE": str(pid_file)}
     cfg = write_config(tmp_path, baseline_env=stubborn, model_dirs=True)
+    # a grace of 0.5 s, not write_config's 2 s: this server ignores SIGTERM whatever the grace, so all of it is
+    # waited out before the SIGKILL these tests expect ("needed SIGKILL"); it is only the teardown's wait
+    text = cfg.read_text()
+    assert text.count("teardown_grace_s = 2\n") == 1, text
+    cfg.write_text(text.replace("teardown_grace_s = 2\n", "teardown_grace_s = 0.5\n"))
     entry = entry or ("-m", "sglang_blackwell.cli")
     return [sys.executable, *entry, "bench", "eagle3", "--config", str(cfg), "--out", str(tmp_path / "out"),
             "--no-plots"], pid_file

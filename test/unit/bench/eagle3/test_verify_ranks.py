@@ -256,7 +256,27 @@ def test_rank_of_sglang_trace_names() -> None:
     assert profiling._rank_of("1.5-TP-1-memory.pickle") is None
 
 
-def test_wait_traces_takes_every_rank_in_order_or_what_came(tmp_path: Path) -> None:
+class VirtualClock:
+    """profiling's `time` for _wait_traces: sleep() moves monotonic() on at once. The polls, the two-poll
+    stability rule and the timeout run exactly as the code counts them, in no wall time (the real 1 s polls cost
+    this test 6 s and are not what it checks)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_wait_traces_takes_every_rank_in_order_or_what_came(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    clock = VirtualClock()
+    monkeypatch.setattr(profiling, "time", clock)
     for r in (1, 0):
         (tmp_path / f"bench-1.5-TP-{r}.trace.json.gz").write_bytes(b"x" * (10 + r))
     assert [p.name for p in profiling._wait_traces(tmp_path, 2, 10)] == ["bench-1.5-TP-0.trace.json.gz",
@@ -266,6 +286,8 @@ def test_wait_traces_takes_every_rank_in_order_or_what_came(tmp_path: Path) -> N
     (tmp_path / "bench-1.5-TP-0.trace.json.gz").unlink()
     with pytest.raises(BenchRunError, match="no rank-0 trace"):
         profiling._wait_traces(tmp_path, 2, 1.5)
+    # the polls a real clock would have slept: stable at the second poll; the 2.5 s and 1.5 s timeouts ran out
+    assert clock.slept == [1.0] + [1.0] * 3 + [1.0] * 2
 
 
 @pytest.mark.parametrize(("bad", "why"), [
