@@ -51,3 +51,32 @@ end_leftover_session() {
   fi
   rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
 }
+
+# suite_preflight SUITE MODULE...: the checks a GPU suite's runner makes before it starts anything (run from the
+# repository root with test/gpu/SUITE; SGLB_OUT safe to empty; a GPU; the lab pair generated; MODULEs importable
+# with $PY); exit 2 for a bad setting, 3 for a machine not prepared
+suite_preflight() {
+  local suite=$1; shift
+  check_deadline 150
+  [ -d "test/gpu/$suite" ] && [ -d python/sglang_blackwell ] || die 2 "run from the sglang-blackwell repository root (no test/gpu/$suite in $PWD)"
+  case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
+  command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with an NVIDIA GPU"
+  local ngpu
+  ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
+  [ "$ngpu" -ge 1 ] || die 3 "nvidia-smi lists no GPU"
+  [ -f "$SGLB_LAB_TARGET/tokenizer.json" ] || die 3 "SGLB_LAB_TARGET=$SGLB_LAB_TARGET: no tokenizer.json (generate the pair: python3 benchmark/models/gen_lab_pair.py --out $(dirname "$SGLB_LAB_TARGET") --device cuda)"
+  [ -f "$SGLB_LAB_DRAFT/config.json" ] || die 3 "SGLB_LAB_DRAFT=$SGLB_LAB_DRAFT: no config.json (generate the pair)"
+  local mods
+  mods=$(printf "'%s', " "$@")
+  "$PY" -c "import importlib.util as u, sys; m = [n for n in (${mods}) if u.find_spec(n) is None]; print('not importable: ' + ', '.join(m)) if m else None; sys.exit(1 if m else 0)" \
+    || die 3 "the stack is not on PYTHONPATH=$PYTHONPATH (install the bundle into $SITE first)"
+}
+
+# suite_fresh_start SID_FILE: end the server session an earlier, hard-killed call left behind (by its id:
+# bench/eagle3/server.py writes it to SGLANG_BLACKWELL_BENCH_PIDFILE), empty SGLB_OUT, log the settings
+suite_fresh_start() {
+  export SGLANG_BLACKWELL_BENCH_PIDFILE=$1
+  end_leftover_session
+  rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
+  log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
+}

@@ -21,22 +21,8 @@ set -u
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 suite_runner_env /tmp/sglb-userpath 420
 
-check_deadline 150
-[ -d test/gpu/userpath ] && [ -d python/sglang_blackwell ] || die 2 "run from the sglang-blackwell repository root (no test/gpu/userpath in $PWD)"
-case "$SGLB_OUT" in /|"$PWD"|"$HOME") die 2 "SGLB_OUT=$SGLB_OUT: refusing to empty it" ;; esac
-command -v nvidia-smi >/dev/null || die 3 "no nvidia-smi: this needs a machine with an NVIDIA GPU"
-ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
-[ "$ngpu" -ge 1 ] || die 3 "nvidia-smi lists no GPU"
-[ -f "$SGLB_LAB_TARGET/tokenizer.json" ] || die 3 "SGLB_LAB_TARGET=$SGLB_LAB_TARGET: no tokenizer.json (generate the pair: python3 benchmark/models/gen_lab_pair.py --out $(dirname "$SGLB_LAB_TARGET") --device cuda)"
-[ -f "$SGLB_LAB_DRAFT/config.json" ] || die 3 "SGLB_LAB_DRAFT=$SGLB_LAB_DRAFT: no config.json (generate the pair)"
-"$PY" -c "import importlib.util as u, sys; m = [n for n in ('sglang', 'openai', 'transformers', 'pytest') if u.find_spec(n) is None]; print('not importable: ' + ', '.join(m)) if m else None; sys.exit(1 if m else 0)" \
-  || die 3 "the stack is not on PYTHONPATH=$PYTHONPATH (install the bundle into $SITE first)"
-
-# a server session an earlier, hard-killed call left behind: end it by its id (bench/eagle3/server.py writes it)
-export SGLANG_BLACKWELL_BENCH_PIDFILE=/tmp/sglb-userpath.sid
-end_leftover_session
-rm -rf "$SGLB_OUT"; mkdir -p "$SGLB_OUT" "$OUT"
-log "deadline ${SGLB_DEADLINE_S}s; target $SGLB_LAB_TARGET; draft $SGLB_LAB_DRAFT; artifacts $SGLB_OUT"
+suite_preflight userpath sglang openai transformers pytest
+suite_fresh_start /tmp/sglb-userpath.sid
 
 probe=
 if [ "${PROBE:-1}" = 1 ]; then  # CPU only (no GPU visible to it): it must not take GPU memory from the servers
