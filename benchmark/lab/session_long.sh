@@ -30,9 +30,15 @@
 #                     stage, the first 8 decode batches of a 32k request): its eagle3-mla arm
 #   Q  (nothing)      its baseline arm
 #   R  (nothing)      its eagle3 arm (the GQA draft)
-#   B-R install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
+#   S  (nothing)      the grid to 8k with both drafts (lab-kimi61-grid-mla.toml: contexts 256 / 2048 / 8192 x
+#                     c = 1 / 4 / 16, first burst and warm, bench_serving at c = 1 of each): its baseline arm
+#   T  (nothing)      its eagle3-mla arm
+#   U  (nothing)      its eagle3 arm (the GQA draft)
+#   W  carry .whl/c2  (after A) install the bundle, generate the 10-layer lab pair with its tokenizer (/tmp/lab),
+#                     then the hostile-request suite on both arms (benchmark/lab/hostile.sh, SGLB_DEADLINE_S 400)
+#   B-U install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|W
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -47,6 +53,7 @@ LONG128=benchmark/lab-kimi61-long-128k.toml
 LONG32C4=benchmark/lab-kimi61-long-32k-c4.toml
 LONG32C4L=benchmark/lab-kimi61-long-32k-c4-2048.toml
 LONG32P=benchmark/lab-kimi61-long-32k-profile.toml
+GRID_MLA=benchmark/lab-kimi61-grid-mla.toml
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
@@ -112,6 +119,18 @@ decode_bench() {  # the drafts' Triton decode alone, per cap on its KV splits (u
     | tee "$OUT/kernel-bench.log" | tail -40
 }
 
+hostile_step() {  # the bundle, the 10-layer lab pair, then the hostile-request suite in what the call has left
+  install_bundle || return 3
+  if [ ! -f /tmp/lab/target/tokenizer.json ]; then
+    log "generating /tmp/lab (lab preset, the constructed draft, its tokenizer)"
+    timeout 200 python3 benchmark/models/gen_lab_pair.py --out /tmp/lab --device cuda > "$OUT/gen-lab.json" \
+      2> "$OUT/gen-lab.err" || { log "gen: failed"; tail -5 "$OUT/gen-lab.err"; return 3; }
+  fi
+  local left=$(( ${HOSTILE_END_S:-495} - ($(date +%s) - T0) ))
+  log "hostile suite, deadline ${left} s"
+  SGLB_DEADLINE_S=$left OUT="$OUT" bash benchmark/lab/hostile.sh
+}
+
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
   install_bundle || return 3
   [ "$3" = B ] && gpu_checks
@@ -138,6 +157,10 @@ case "${1:-}" in
   P) arm_step "$LONG32P" eagle3-mla P ;;
   Q) arm_step "$LONG32P" baseline Q ;;
   R) arm_step "$LONG32P" eagle3 R ;;
+  S) arm_step "$GRID_MLA" baseline S ;;
+  T) arm_step "$GRID_MLA" eagle3-mla T ;;
+  U) arm_step "$GRID_MLA" eagle3 U ;;
+  W) hostile_step ;;
   *) usage; exit 2 ;;
 esac
 rc=$?
