@@ -48,8 +48,40 @@ def git_commit(cwd: Path | None = None) -> str | None:
     return r.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def _torch_cuda_unimported() -> str | None:
+    """torch.version.cuda read from the installed torch's version.py, without importing torch (~1-2 s a process)."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")  # a top-level package: found, not imported
+    except (ImportError, ValueError):
+        return None
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            tree = ast.parse((Path(d) / "version.py").read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else (
+                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            if isinstance(target, ast.Name) and target.id == "cuda" and node.value is not None:
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    return None
+                return value if isinstance(value, str) else None
+    return None
+
+
+def _gpu_visible() -> bool:
+    """An NVIDIA device node is present (the NCCL version needs torch with CUDA; without a GPU there is none)."""
+    return Path("/dev/nvidia0").exists() or Path("/dev/nvidiactl").exists()
+
+
 def collect_versions() -> dict[str, str | None]:
-    """Versions of the serving stack, without initializing CUDA."""
+    """Versions of the serving stack, without initializing CUDA; torch is imported only where it is imported
+    already or a GPU is visible (the NCCL version), else its CUDA version is read from its version.py."""
     v: dict[str, str | None] = {
         "sglang": _dist_version("sglang"),
         "flashinfer": _dist_version("flashinfer-python"),
@@ -58,7 +90,7 @@ def collect_versions() -> dict[str, str | None]:
         "nccl": None,
         "driver": None,
     }
-    if "torch" in sys.modules or v["torch"]:
+    if "torch" in sys.modules or (v["torch"] and _gpu_visible()):
         try:
             import torch
 
@@ -68,6 +100,8 @@ def collect_versions() -> dict[str, str | None]:
                 v["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
         except Exception:
             pass
+    elif v["torch"]:
+        v["cuda"] = _torch_cuda_unimported()
     try:
         import pynvml
 
