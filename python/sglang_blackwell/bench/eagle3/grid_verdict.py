@@ -2,7 +2,8 @@
 
 Per (context, concurrency) in verdict.min_ratio and speculative arm of the verdict, on the warm windows:
     worst speculative repeat (output tok/s)  >=  min_ratio(context, c)  x  best baseline repeat
-With verdict.accept_len_tolerance, in every cell: |accept length - expect_accept_len| <= tolerance. With
+With verdict.accept_len_tolerance, in every cell and arm of verdict.accept_len_arms (default: the verdict's
+speculative arms): |accept length - expect_accept_len| <= tolerance. With
 verdict.first_burst_min_ratio, in every cell, for the baseline and every verdict arm: the worst repeat's
 first-burst tok/s / its own warm tok/s >= first_burst_min_ratio, and with metric decode_tok_s its decode rate too
 (warm TPOT p50 / first-burst TPOT p50): a server that stalls the first time it sees a batch size, e.g. compiling
@@ -25,6 +26,7 @@ from .crosscheck import line as crosscheck_line
 from .stats import median
 from .verdict import (
     LEVEL_METRICS,
+    accept_arms,
     accept_check,
     aggregate,
     compare,
@@ -182,7 +184,7 @@ def _ratio_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
 def _accept_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],
                    concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
     return [accept_check(v, _med(agg, arm, ctx, c, "accept_len"), context=ctx, concurrency=c, arm=arm)
-            for ctx in contexts for c in concurrency for arm in v.speculative]
+            for ctx in contexts for c in concurrency for arm in accept_arms(v)]
 
 
 def _first_burst_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],

@@ -258,10 +258,15 @@ def evaluate(agg: dict[str, Any], v: VerdictSpec, concurrency: tuple[int, ...], 
 
 def _accept_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
     """The measured accept length within expect_accept_len +- accept_len_tolerance, at every verdict
-    concurrency and for every verdict arm (the median over repeats: a constructed draft's acceptance is known
+    concurrency and for every arm of accept_arms (the median over repeats: a constructed draft's acceptance is known
     before the run, so a miss is a defect, not noise)."""
     return [accept_check(v, _median(_vals(agg, arm, c, "accept_len")), concurrency=c, arm=arm)
-            for c in sorted(v.min_ratio) for arm in v.speculative]
+            for c in sorted(v.min_ratio) for arm in accept_arms(v)]
+
+
+def accept_arms(v: VerdictSpec) -> tuple[str, ...]:
+    """The arms the accept-length check judges: verdict.accept_len_arms, else the verdict's speculative arms."""
+    return v.accept_len_arms or v.speculative
 
 
 def accept_check(v: VerdictSpec, got: float | None, **where: Any) -> dict[str, Any]:
