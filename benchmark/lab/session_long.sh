@@ -34,11 +34,16 @@
 #                     c = 1 / 4 / 16, first burst and warm, bench_serving at c = 1 of each): its baseline arm
 #   T  (nothing)      its eagle3-mla arm
 #   U  (nothing)      its eagle3 arm (the GQA draft)
+#   V  (nothing)      many users at once (lab-kimi61-c64.toml: contexts 2k / 8k x c = 16 / 32 / 64, sglang's
+#                     --speculative-adaptive beside the fixed 2 steps; issue 30): its baseline arm
+#   X  (nothing)      its eagle3-mla arm (2 steps)
+#   Y  (nothing)      its eagle3-mla-adaptive arm
+#   Z  (nothing)      its eagle3 arm (the GQA draft, 2 steps)
 #   W  carry .whl/c2  (after A) install the bundle, generate the 10-layer lab pair with its tokenizer (/tmp/lab),
 #                     then the hostile-request suite on both arms (benchmark/lab/hostile.sh, SGLB_DEADLINE_S 400)
-#   B-U install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
+#   B-Z install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|W
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -54,6 +59,7 @@ LONG32C4=benchmark/lab-kimi61-long-32k-c4.toml
 LONG32C4L=benchmark/lab-kimi61-long-32k-c4-2048.toml
 LONG32P=benchmark/lab-kimi61-long-32k-profile.toml
 GRID_MLA=benchmark/lab-kimi61-grid-mla.toml
+C64=benchmark/lab-kimi61-c64.toml
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
@@ -160,6 +166,10 @@ case "${1:-}" in
   S) arm_step "$GRID_MLA" baseline S ;;
   T) arm_step "$GRID_MLA" eagle3-mla T ;;
   U) arm_step "$GRID_MLA" eagle3 U ;;
+  V) arm_step "$C64" baseline V ;;
+  X) arm_step "$C64" eagle3-mla X ;;
+  Y) arm_step "$C64" eagle3-mla-adaptive Y ;;
+  Z) arm_step "$C64" eagle3 Z ;;
   W) hostile_step ;;
   *) usage; exit 2 ;;
 esac

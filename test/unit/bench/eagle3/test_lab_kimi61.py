@@ -199,3 +199,36 @@ def test_long_config_expectation_is_the_computed_one(name):
     flat = " ".join(text.replace("#", " ").split())
     for x in w["contexts"]:
         assert f"{x}: {got['cells'][f'{x}x1']['warm']['accept_len']:.4f}" in flat, x
+
+
+def test_c64_config_checks_the_fixed_arms_accept_and_judges_the_adaptive_arm():
+    """lab-kimi61-c64.toml (issue 30): the adaptive arm is the judged one and runs sglang's own
+    --speculative-adaptive; the fixed-step arms' accept length is expect_accept.py's over the harness's prompts,
+    every cell within half the tolerance, the figures its comment states the computed ones; every cell barred at
+    0.97x at least and c=32 at 2k at the peer's 1.18x."""
+    from sglang_blackwell.bench.eagle3.config import load_config
+    from sglang_blackwell.tomlio import tomllib
+
+    path = ROOT / "benchmark" / "lab-kimi61-c64.toml"
+    text = path.read_text()
+    raw = tomllib.loads(text)
+    cfg = load_config(path)
+    v, w = cfg.verdict, cfg.workload
+    assert v.speculative == ("eagle3-mla-adaptive",)
+    assert "--speculative-adaptive" in cfg.arms["eagle3-mla-adaptive"].args
+    assert set(v.accept_len_arms) == {"eagle3-mla", "eagle3"}
+    assert all("--speculative-adaptive" not in cfg.arms[a].args for a in v.accept_len_arms)
+    assert cfg.arms["eagle3-mla"].draft == cfg.arms["eagle3-mla-adaptive"].draft == "/tmp/lab61/draft-mla-miss"
+    assert v.grid_min_ratio[2048][32] == 1.18 and all(r >= 0.97 for c in v.grid_min_ratio.values() for r in c.values())
+    assert {(x, c) for x in w.contexts for c in w.concurrency} == {
+        (x, c) for x, cs in v.grid_min_ratio.items() for c in cs}  # every cell barred
+    got = X.expectation(path, "miss")
+    exp, tol = raw["verdict"]["expect_accept_len"], raw["verdict"]["accept_len_tolerance"]
+    assert exp == got["all_warm"]["accept_len"]
+    for key, cell in got["cells"].items():
+        lo, hi = cell["warm"]["accept_len_last_rounds_dropped"]
+        assert max(abs(cell["warm"]["accept_len"] - exp), abs(lo - exp), abs(hi - exp)) <= tol / 2, key
+    flat = " ".join(text.replace("#", " ").split())
+    for x in w.contexts:
+        figures = " / ".join(f"{got['cells'][f'{x}x{c}']['warm']['accept_len']:.4f}" for c in w.concurrency)
+        assert f"{x}: {figures}" in flat, (x, figures)
