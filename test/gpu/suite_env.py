@@ -3,7 +3,8 @@ environment rules every process they start gets, the settings all read from the 
 progress log, the facts file, and the flags of a user's TP=1 launch (userpath/ and hostile/ start it). Each suite's
 own module (labline/labline_env.py, userpath/userpath_env.py, hostile/hostile_env.py) puts this directory on
 sys.path, then subclasses SuiteConfig and FactsFile with its own variables, defaults and schema. Imports nothing
-heavy: CPU CI collects the GPU suites too (and deselects them: marker `gpu`).
+heavy: CPU CI collects the GPU suites too (and deselects them: marker `gpu`). Also shared: require_lab, the
+session fixture's skips where the machine cannot run a TP=1 suite, and SuiteEnv, what that fixture hands the tests.
 
     SGLB_LAB_TARGET      target model dir (default /tmp/lab/target)
     SGLB_LAB_DRAFT       EAGLE-3 draft dir (default /tmp/lab/draft)
@@ -16,6 +17,7 @@ heavy: CPU CI collects the GPU suites too (and deselects them: marker `gpu`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -24,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from lab_accept import draft_kind
 
@@ -62,6 +64,21 @@ def gpu_count() -> int:
         return 0
     r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
     return sum(1 for ln in r.stdout.splitlines() if ln.startswith("GPU "))
+
+
+def require_lab(cfg: SuiteConfig, modules: tuple[str, ...]) -> None:
+    """Skip the session (pytest.skip, with the reason) where this machine cannot run a TP=1 suite: no GPU that
+    nvidia-smi lists, one of `modules` not importable, or a file of the lab pair (cfg.target, cfg.draft) missing."""
+    import pytest
+
+    if gpu_count() < 1:
+        pytest.skip("needs a CUDA GPU (nvidia-smi lists none)")
+    for mod in modules:
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not importable (PYTHONPATH must hold the installed bundle)")
+    for f in (cfg.target / "tokenizer.json", cfg.target / "lab_pair.json", cfg.draft / "config.json"):
+        if not f.is_file():
+            pytest.skip(f"{f}: missing (generate the lab pair: benchmark/models/gen_lab_pair.py)")
 
 
 @dataclass(frozen=True)
@@ -136,3 +153,18 @@ class FactsFile:
         tmp = self.path.with_name("." + self.path.name + ".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
         os.replace(tmp, self.path)
+
+
+C = TypeVar("C", bound=SuiteConfig)
+F = TypeVar("F", bound=FactsFile)
+
+
+@dataclass
+class SuiteEnv(Generic[C, F]):
+    """What a suite's session fixture `env` hands its tests: the suite's own Config and Facts (the type
+    parameters), the deadline and the progress log; a suite subclasses it, adding what it shares besides."""
+
+    cfg: C
+    deadline: Deadline
+    facts: F
+    progress: Progress

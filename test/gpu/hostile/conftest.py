@@ -14,7 +14,6 @@ taken down.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
@@ -25,14 +24,7 @@ from hostile_env import Config, Facts, suite_env
 @pytest.fixture(scope="session")
 def env() -> Env:
     cfg = Config.from_env()
-    if suite_env.gpu_count() < 1:
-        pytest.skip("needs a CUDA GPU (nvidia-smi lists none)")
-    for mod in ("sglang", "transformers"):
-        if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"{mod} is not importable (PYTHONPATH must hold the installed bundle)")
-    for f in (cfg.target / "tokenizer.json", cfg.target / "lab_pair.json", cfg.draft / "config.json"):
-        if not f.is_file():
-            pytest.skip(f"{f}: missing (generate the lab pair: benchmark/models/gen_lab_pair.py)")
+    suite_env.require_lab(cfg, ("sglang", "transformers"))
     cfg.out.mkdir(parents=True, exist_ok=True)
     progress = cfg.progress()
     progress(f"hostile-request GPU suite: target {cfg.target}, draft {cfg.draft}, out {cfg.out}, deadline "

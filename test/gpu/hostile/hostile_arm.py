@@ -10,7 +10,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from hostile_checks import Baseline, Target, check_after
@@ -24,12 +24,11 @@ from hostile_env import (
     STARTUP_TIMEOUT_S,
     TEARDOWN_S,
     WARM_STARTUP_S,
+    Config,
+    Facts,
+    suite_env,
 )
 from hostile_verdict import Finding, case_verdict, first_status_and_message
-
-if TYPE_CHECKING:
-    from hostile_env import Config, Facts
-    from suite_env import Deadline, Progress
 
 SERVER_KEYS = ("version", "tp_size", "host", "speculative_algorithm", "speculative_num_draft_tokens",
                "attention_backend", "context_length", "max_running_requests", "max_queued_requests",
@@ -37,11 +36,9 @@ SERVER_KEYS = ("version", "tp_size", "host", "speculative_algorithm", "speculati
 
 
 @dataclass
-class Env:
-    cfg: Config
-    deadline: Deadline
-    facts: Facts
-    progress: Progress
+class Env(suite_env.SuiteEnv[Config, Facts]):
+    """suite_env.SuiteEnv, with the lab pair's ground truth."""
+
     truth: Any  # lab_truth.GroundTruth
 
 

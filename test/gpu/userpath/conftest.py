@@ -11,11 +11,10 @@ unwind like Ctrl-C, so a running server is always taken down.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from userpath_env import (
@@ -28,16 +27,9 @@ from userpath_env import (
     suite_env,
 )
 
-if TYPE_CHECKING:
-    from suite_env import Deadline, Progress
 
-
-@dataclass
-class Env:
-    cfg: Config
-    deadline: Deadline
-    facts: Facts
-    progress: Progress
+class Env(suite_env.SuiteEnv[Config, Facts]):
+    """The session's configuration, deadline, facts file and progress log (suite_env.SuiteEnv: nothing added)."""
 
 
 @dataclass
@@ -54,14 +46,7 @@ class Handle:
 @pytest.fixture(scope="session")
 def env() -> Env:
     cfg = Config.from_env()
-    if suite_env.gpu_count() < 1:
-        pytest.skip("needs a CUDA GPU (nvidia-smi lists none)")
-    for mod in ("sglang", "openai", "transformers"):
-        if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"{mod} is not importable (PYTHONPATH must hold the installed bundle)")
-    for f in (cfg.target / "tokenizer.json", cfg.target / "lab_pair.json", cfg.draft / "config.json"):
-        if not f.is_file():
-            pytest.skip(f"{f}: missing (generate the lab pair: benchmark/models/gen_lab_pair.py)")
+    suite_env.require_lab(cfg, ("sglang", "openai", "transformers"))
     cfg.out.mkdir(parents=True, exist_ok=True)
     progress = cfg.progress()
     progress(f"user-path GPU tests: target {cfg.target}, draft {cfg.draft}, out {cfg.out}, deadline "

@@ -16,13 +16,13 @@ from sglang_blackwell.qualify import hostile_receipt as hr
 from sglang_blackwell.qualify import suite_receipt as sr
 from sglang_blackwell.qualify import userpath_receipt as ur
 
+from .suite_fixtures import MACHINE, cut_short, receipt_cli, run_cli, stub_machine
 from .test_gpu_suite_receipt import VERSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "hostile"))
 import hostile_cases  # noqa: E402
 import hostile_env  # noqa: E402
 
-MACHINE = {"gpu_name": "NVIDIA H200", "gpu_count": 1, "capability": "9.0", "links": None}
 PASSED = {"counts": {"passed": 46, "failed": 0, "error": 0, "skipped": 0}, "cases": []}
 CLEAN = {"verdict": "clean", "why": "3 answers as due", "status": 400,
          "message": "Token id 32007 at position 2 of the prompt is out of vocabulary (the model's token ids are 0 "
@@ -111,19 +111,13 @@ def test_the_suite_runs_exactly_the_receipts_cases():
 
 
 def test_cli_writes_the_dated_receipt_and_survives_a_run_cut_short(tmp_path, junit_xml, monkeypatch):
-    monkeypatch.setattr(sr, "installed_stack", lambda: {})
-    monkeypatch.setattr(receipts, "collect_versions", lambda: VERSIONS)
-    monkeypatch.setattr(nvidia, "machine", lambda: MACHINE)
+    stub_machine(monkeypatch)
     facts(tmp_path)
-    out = tmp_path / "out"
-    assert hr.main(["--junit", str(junit_xml), "--facts", str(tmp_path / "facts.json"), "--out", str(out),
-                    "--pytest-rc", "1"]) == 0
-    (path,) = out.glob("lab-hostile-*.json")
+    rc, path = receipt_cli(hr.main, junit_xml, tmp_path / "facts.json", tmp_path / "out", "lab-hostile", "1")
+    assert rc == 0
     r = json.loads(path.read_text())
     assert path.name == hr.receipt_name() and r["pytest_rc"] == 1 and len(r["cases"]) == 46
-    rc = hr.main(["--junit", str(tmp_path / "none.xml"), "--facts", str(tmp_path / "none.json"), "--out",
-                  str(tmp_path / "cut"), "--pytest-rc", "124"])
-    r = json.loads(next((tmp_path / "cut").glob("lab-hostile-*.json")).read_text())
+    rc, r = cut_short(hr.main, tmp_path, "lab-hostile")
     assert rc == 0 and "not written" in r["junit_missing"] and r["summary"]["not_run"] == 46
     assert r["summary"]["passed"] is False
 
@@ -131,7 +125,7 @@ def test_cli_writes_the_dated_receipt_and_survives_a_run_cut_short(tmp_path, jun
 def test_cli_refuses_a_foreign_facts_file(tmp_path, junit_xml, capsys):
     bad = tmp_path / "facts.json"
     bad.write_text(json.dumps({"schema": ur.FACTS_SCHEMA}))  # the user-path suite's, not ours
-    assert hr.main(["--junit", str(junit_xml), "--facts", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert run_cli(hr.main, junit_xml, bad, tmp_path / "o") == 2
     assert "--facts" in capsys.readouterr().err
 
 

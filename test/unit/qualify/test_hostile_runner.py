@@ -8,14 +8,14 @@ hostile, with injected defects: FAKE_HOSTILE_BREAK), serving a generated tiny la
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from .suite_fixtures import ADMIN_ROUTES, lab_pair_generator, runner_env, stand_in_sglang
 
 TEST_ROOT = Path(__file__).resolve().parents[2]
 if str(TEST_ROOT) not in sys.path:
@@ -27,15 +27,7 @@ ROOT = TEST_ROOT.parent
 SCRIPT = ROOT / "benchmark" / "lab" / "hostile.sh"
 FAKE_SERVER = ROOT / "test" / "support" / "fake_hostile_server.py"
 # the admin endpoints of the stand-in sglang (the suite reads them from its http_server.py, as from the real one's)
-FAKE_HTTP_SERVER = '''
-@app.api_route("/flush_cache", methods=["GET", "POST"])
-@auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def flush_cache(): ...
-
-@app.post("/update_weights_from_disk")
-@auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def update_weights_from_disk(obj): ...
-
+FAKE_HTTP_SERVER = ADMIN_ROUTES + '''
 @app.api_route("/start_profile", methods=["GET", "POST"])
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def start_profile(obj): ...
@@ -44,55 +36,16 @@ async def start_profile(obj): ...
 @auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def pause_generation(obj): ...
 '''
-FAKE_SMI = """#!/bin/bash
-# stand-in nvidia-smi: one idle H200 (FAKE_SMI_GPUS=0: none)
-if [ "${FAKE_SMI_GPUS:-1}" = 0 ]; then exit 0; fi
-case "$*" in
-  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;;
-  *--query-gpu=index*) echo 0 ;;
-  *--query-gpu=memory.used*) echo 0 ;;
-  *--query-compute-apps*) ;;
-  *) echo "fake nvidia-smi: $*" ;;
-esac
-"""
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_lab_pair", ROOT / "benchmark" / "models" / "gen_lab_pair.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_lab_pair", mod)  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def stand_in_sglang(site: Path) -> None:
-    """A `sglang` 0.5.14 whose launch_server is the fake, with its dist-info and an http_server.py to read."""
-    (site / "sglang" / "srt" / "entrypoints").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    (site / "sglang" / "launch_server.py").write_text(
-        f"import runpy\nrunpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
-    (site / "sglang" / "srt" / "entrypoints" / "http_server.py").write_text(FAKE_HTTP_SERVER)
-    (site / "sglang-0.5.14.dist-info").mkdir()
-    (site / "sglang-0.5.14.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\n"
-                                                               "Version: 0.5.14\n")
 
 
 @pytest.fixture
 def lab(tmp_path: Path) -> dict:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
     target, draft = tmp_path / "lab" / "target", tmp_path / "lab" / "draft"
     target.mkdir(parents=True)
     draft.mkdir()
     (target / "tokenizer.json").write_text("{}")
     (draft / "config.json").write_text("{}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLB_", "PYTEST_", "NCCL_"))}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", SGLB_SITE=str(tmp_path / "site"), SGLB_PYTHON=sys.executable,
-               SGLB_LAB_TARGET=str(target), SGLB_LAB_DRAFT=str(draft), SGLB_OUT=str(tmp_path / "artifacts"),
-               OUT=str(tmp_path / "out"), SGLB_DEADLINE_S="300", PYTHONPATH="")
-    return {"env": env, "tmp": tmp_path}
+    return {"env": runner_env(tmp_path, target, draft, PYTHONPATH=""), "tmp": tmp_path}
 
 
 def run(lab: dict, *args: str, timeout: str = "120", **env: str) -> subprocess.CompletedProcess:
@@ -139,7 +92,7 @@ def test_a_machine_not_prepared_exits_3(lab):
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lab")
-    _generator().generate(str(out), "tiny", 0, "cpu", "constructed")
+    lab_pair_generator().generate(str(out), "tiny", 0, "cpu", "constructed")
     return out
 
 
@@ -151,7 +104,7 @@ def receipt(lab: dict) -> dict:
 @pytest.mark.slow
 def test_the_call_end_to_end_clean_then_with_defects(lab, pair):
     pytest.importorskip("transformers")
-    stand_in_sglang(lab["tmp"] / "site")
+    stand_in_sglang(lab["tmp"] / "site", FAKE_SERVER, FAKE_HTTP_SERVER)
     env = {"SGLB_LAB_TARGET": str(pair / "target"), "SGLB_LAB_DRAFT": str(pair / "draft"),
            "SGLANG_BLACKWELL_CONFIG": str(lab["tmp"] / "config")}
     r = run(lab, **env, timeout="400")

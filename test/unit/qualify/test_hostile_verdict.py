@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from .suite_fixtures import ADMIN_ROUTES
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "hostile"))
 import hostile_cases  # noqa: E402
 import hostile_checks  # noqa: E402
@@ -287,15 +289,7 @@ def test_every_case_answered_by_a_500_is_wrong(server, tmp_path):
 ADMIN_SOURCE = '''
 @app.get("/health")
 async def health(): ...
-
-@app.api_route("/flush_cache", methods=["GET", "POST"])
-@auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def flush_cache(): ...
-
-@app.post("/update_weights_from_disk")
-@auth_level(AuthLevel.ADMIN_OPTIONAL)
-async def update_weights_from_disk(obj): ...
-
+''' + ADMIN_ROUTES + '''
 if os.environ.get("DUMPER_SERVER_PORT") == "reuse":
     @app.api_route("/dumper/{method}", methods=["POST"])
     @auth_level(AuthLevel.ADMIN_OPTIONAL)

@@ -14,12 +14,12 @@ from sglang_blackwell.qualify import gpu_suite_receipt as gr
 from sglang_blackwell.qualify import suite_receipt as sr
 from sglang_blackwell.qualify import userpath_receipt as ur
 
+from .suite_fixtures import MACHINE, cut_short, receipt_cli, run_cli, stub_machine
 from .test_gpu_suite_receipt import VERSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "userpath"))
 import userpath_env  # noqa: E402
 
-MACHINE = {"gpu_name": "NVIDIA H200", "gpu_count": 1, "capability": "9.0", "links": None}
 PASSED = {"counts": {"passed": 26, "failed": 0, "error": 0, "skipped": 0}, "cases": []}
 
 
@@ -59,24 +59,18 @@ def test_passed_needs_every_test_passed_rc_0_and_a_real_grammar_backend(tmp_path
 
 
 def test_cli_writes_the_dated_receipt_and_survives_a_run_cut_short(tmp_path, junit_xml, monkeypatch):
-    monkeypatch.setattr(sr, "installed_stack", lambda: {})
-    monkeypatch.setattr(receipts, "collect_versions", lambda: VERSIONS)
-    monkeypatch.setattr(nvidia, "machine", lambda: MACHINE)
+    stub_machine(monkeypatch)
     facts(tmp_path)
-    out = tmp_path / "out"
-    assert ur.main(["--junit", str(junit_xml), "--facts", str(tmp_path / "facts.json"), "--out", str(out),
-                    "--pytest-rc", "1"]) == 0
-    (path,) = out.glob("lab-userpath-*.json")
+    rc, path = receipt_cli(ur.main, junit_xml, tmp_path / "facts.json", tmp_path / "out", "lab-userpath", "1")
+    assert rc == 0
     assert path.name == ur.receipt_name() and json.loads(path.read_text())["pytest_rc"] == 1
-    rc = ur.main(["--junit", str(tmp_path / "none.xml"), "--facts", str(tmp_path / "none.json"), "--out",
-                  str(tmp_path / "cut"), "--pytest-rc", "124"])
-    r = json.loads(next((tmp_path / "cut").glob("lab-userpath-*.json")).read_text())
+    rc, r = cut_short(ur.main, tmp_path, "lab-userpath")
     assert rc == 0 and "not written" in r["junit_missing"] and r["summary"]["passed"] is False
 
 
 def test_cli_refuses_a_foreign_facts_file(tmp_path, junit_xml, capsys):
     bad = tmp_path / "facts.json"
     bad.write_text(json.dumps({"schema": gr.FACTS_SCHEMA}))  # the lab-line suite's, not ours
-    assert ur.main(["--junit", str(junit_xml), "--facts", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert run_cli(ur.main, junit_xml, bad, tmp_path / "o") == 2
     assert "--facts" in capsys.readouterr().err
     assert userpath_env.FACTS_SCHEMA == ur.FACTS_SCHEMA

@@ -11,69 +11,34 @@ pass, catch injected defects (FAKE_USERPATH_BREAK) in the right places, and leav
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .suite_fixtures import ROOT, lab_pair_generator, runner_env, stand_in_sglang
 
 pytest.importorskip("openai")
 pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "benchmark" / "lab" / "userpath.sh"
 FAKE_SERVER = ROOT / "test" / "support" / "fake_userpath_server.py"
-FAKE_SMI = """#!/bin/bash
-# stand-in nvidia-smi: one idle H200
-case "$*" in
-  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)" ;;
-  *--query-gpu=index*) echo 0 ;;
-  *--query-gpu=memory.used*) echo 0 ;;
-  *--query-gpu=name,compute_cap*) echo "NVIDIA H200, 9.0" ;;
-  *--query-compute-apps*) ;;
-  *) echo "fake nvidia-smi: $*" ;;
-esac
-"""
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_lab_pair", ROOT / "benchmark" / "models" / "gen_lab_pair.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_lab_pair", mod)  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lab")
-    _generator().generate(str(out), "tiny", 0, "cpu", "constructed")
+    lab_pair_generator().generate(str(out), "tiny", 0, "cpu", "constructed")
     return out
 
 
 @pytest.fixture
 def lab(tmp_path: Path, pair: Path) -> dict:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    site = tmp_path / "site"
-    (site / "sglang").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    (site / "sglang" / "launch_server.py").write_text(
-        f"import runpy\nrunpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
-    (site / "sglang-0.5.14.dist-info").mkdir()
-    (site / "sglang-0.5.14.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\n"
-                                                               "Version: 0.5.14\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLB_", "PYTEST_", "NCCL_"))}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", SGLB_SITE=str(site), SGLB_PYTHON=sys.executable,
-               SGLB_LAB_TARGET=str(pair / "target"), SGLB_LAB_DRAFT=str(pair / "draft"), PROBE="0",
-               SGLB_OUT=str(tmp_path / "artifacts"), OUT=str(tmp_path / "out"), SGLB_DEADLINE_S="300",
-               SGLANG_BLACKWELL_CONFIG=str(tmp_path / "config"))
+    stand_in_sglang(tmp_path / "site", FAKE_SERVER)
+    env = runner_env(tmp_path, pair / "target", pair / "draft", PROBE="0",
+                     SGLANG_BLACKWELL_CONFIG=str(tmp_path / "config"))
     return {"env": env, "tmp": tmp_path}
 
 
