@@ -10,13 +10,16 @@ to a default). Paths in the config (the prompt file) are relative to the config 
     [arms.<name>] speculative, draft, args, env   (at least two arms; one baseline, one speculative; draft: the
                 arm's own draft model instead of [model] draft, for drafts side by side)
     [workload]  api, prompts, prompt_template, output_len, concurrency, rounds, repeats, warmup_output_len,
-                stream, token_range, contexts, prompt_seed
+                stream, token_range, contexts, prompt_seed, left_out
                 api: "completions" (streamed /v1/completions, text prompts), "chat" (streamed
                 /v1/chat/completions, one user message per prompt, the server's chat template) or "generate"
                 (SGLang's native /generate; input_ids with tokenizer = "none"). Default: "completions" when the
                 model has a tokenizer, else "generate". The OpenAI APIs always stream; `stream` is for /generate.
                 contexts (prompt lengths in tokens) turns on grid mode: every (context, concurrency) cell is measured
                 on generated token-id prompts (bench/eagle3/prompts.py, seeded by prompt_seed); no prompt file then.
+                left_out (grid mode) = [{ context = <int>, concurrency = <int>, why = "<text>" }, ...]: cells not
+                measured (no request sent), each with its reason in the receipt (workload.left_out) and the report;
+                a left-out cell may have no [verdict] min_ratio bar and no [crosscheck] cell.
     [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
                 accept_len_tolerance, expect_break_even, first_burst_min_ratio (grid mode)
                 grid mode: min_ratio = { <context> = { <concurrency> = <ratio> } }
@@ -203,6 +206,7 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
 
     workload = parse_workload(path, top.get("workload", None, True), model.tokenizer)
     verdict = parse_verdict(top, arms, workload)
+    _no_bar_on_left_out_cells(top, workload)
 
     p = Section(path, "profile", top.get("profile", {}, False), {"steps", "arms", "timeout_s", "contexts"})
     steps = p.int_("steps", 0, min_=0)
@@ -222,10 +226,30 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
                        profile=profile, raw=data, crosscheck=crosscheck)
 
 
+def _no_bar_on_left_out_cells(top: Section, w: WorkloadSpec) -> None:
+    """A [verdict] min_ratio bar on a cell [workload] left_out names would fail every run (the cell has no
+    measurement: grid_verdict's ratio check of it finds no run): refused, naming both keys. Read from the raw
+    table, whose keys config_verdict has checked already (canonical integers of the grid)."""
+    raw = top.data["verdict"]
+    bars = raw.get("min_ratio")
+    if not w.left_out or not isinstance(bars, dict):
+        return
+    verdict = Section(top.path, "verdict", raw, set(raw))
+    for i, cell in enumerate(w.left_out):
+        per_c = bars.get(str(cell.context))
+        if isinstance(per_c, dict) and str(cell.concurrency) in per_c:
+            raise verdict.error(f"min_ratio.{cell.context}.{cell.concurrency}",
+                                f"a bar on a cell [workload] left_out[{i}] leaves out (context {cell.context}, "
+                                f"concurrency {cell.concurrency}: not measured, so the bar could never pass): "
+                                "remove the bar or the left_out entry")
+
+
 def _profile_contexts(p: Section, w: WorkloadSpec, steps: int) -> tuple[int, ...]:
-    """[profile] contexts: a subset of workload.contexts (grid mode), one window each; default the smallest."""
+    """[profile] contexts: a subset of workload.contexts (grid mode), one window each; default the smallest. A
+    context whose every cell is left out (workload.left_out) has no profile window: it is not measured at all."""
     if not p.has("contexts"):
-        return (w.contexts[0],) if w.grid and steps else ()
+        measured = sorted({ctx for ctx, _ in w.measured_cells()})
+        return (measured[0],) if w.grid and steps else ()
     if not w.grid:
         raise p.error("contexts", "grid mode only (needs workload.contexts)")
     got = p.data["contexts"]
@@ -235,6 +259,10 @@ def _profile_contexts(p: Section, w: WorkloadSpec, steps: int) -> tuple[int, ...
         raise p.error("contexts", f"expected distinct values of workload.contexts {list(w.contexts)}, got {got!r}")
     if not steps:
         raise p.error("contexts", "needs profile.steps > 0 (the window's length)")
+    measured = {ctx for ctx, _ in w.measured_cells()}
+    if unmeasured := sorted(set(got) - measured):
+        raise p.error("contexts", f"context {unmeasured[0]}: workload.left_out leaves out every cell of it "
+                                  "(not measured at all): no profile window there")
     return tuple(sorted(got))
 
 
@@ -261,6 +289,9 @@ def _parse_crosscheck(x: Section, w: WorkloadSpec, model: ModelSpec,
                                    f"{list(w.contexts)}, concurrency {list(w.concurrency)})")
         if tuple(cell) in cells:
             raise x.error("cells", f"{cell!r} is listed twice")
+        if w.left_out_cell(cell[0], cell[1]) is not None:
+            raise x.error("cells", f"{cell!r} is a cell workload.left_out leaves out (not measured): nothing to "
+                                   "cross-check it against")
         cells.append((cell[0], cell[1]))
     return CrosscheckSpec(cells=tuple(cells), num_prompts=x.int_("num_prompts", 8),
                           python=x.str_("python", default_crosscheck_python(launcher)) or "python3",

@@ -1,6 +1,7 @@
 """A benchmark config's `[workload]` -> WorkloadSpec: the API, the concurrency levels, rounds and repeats, and the
 prompts: read from the config's JSONL prompt file (load_prompts), or, in grid mode (`contexts`), generated per
-(context, concurrency) cell by bench/eagle3/prompts.py."""
+(context, concurrency) cell by bench/eagle3/prompts.py; in grid mode `left_out` names cells not measured, each with
+the reason the receipt records."""
 
 from __future__ import annotations
 
@@ -25,6 +26,18 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class LeftOutCell:
+    """A grid cell `[workload] left_out` names: never measured (no request sent), its reason in the receipt."""
+    context: int
+    concurrency: int
+    why: str
+
+    def facts(self) -> dict[str, Any]:
+        """What the receipt's workload.left_out holds of it."""
+        return {"context": self.context, "concurrency": self.concurrency, "why": self.why}
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     api: str  # one of APIS
     prompts_path: Path | None  # None in grid mode (the prompts are generated)
@@ -38,11 +51,20 @@ class WorkloadSpec:
     token_range: tuple[int, int] | None
     contexts: tuple[int, ...] = ()  # grid mode: prompt lengths in tokens, ascending; () = the prompt file
     prompt_seed: int = 0  # grid mode: the generated prompts' seed (bench/eagle3/prompts.py)
+    left_out: tuple[LeftOutCell, ...] = ()  # grid mode: cells not measured, in the config's order
 
     @property
     def grid(self) -> bool:
-        """Grid mode: every (context, concurrency) cell, generated prompts."""
+        """Grid mode: every (context, concurrency) cell but the left-out ones, generated prompts."""
         return bool(self.contexts)
+
+    def left_out_cell(self, context: int, concurrency: int) -> LeftOutCell | None:
+        """The `left_out` entry of this cell; None: the cell is measured."""
+        return next((x for x in self.left_out if (x.context, x.concurrency) == (context, concurrency)), None)
+
+    def measured_cells(self) -> list[tuple[int, int]]:
+        """(context, concurrency) of every cell measured, in the order the grid measures them."""
+        return [(ctx, c) for ctx in self.contexts for c in self.concurrency if self.left_out_cell(ctx, c) is None]
 
     @property
     def api_family(self) -> str:
@@ -66,7 +88,7 @@ def parse_workload(path: Path, data: Any, tokenizer: str) -> WorkloadSpec:
     """The top level's `workload` table; `tokenizer` is [model] tokenizer ("none": token-id prompts only)."""
     w = Section(path, "workload", data, {"api", "prompts", "prompt_template", "output_len", "concurrency",
                                          "rounds", "repeats", "warmup_output_len", "stream", "token_range",
-                                         "contexts", "prompt_seed"})
+                                         "contexts", "prompt_seed", "left_out"})
     api = w.str_("api", "generate" if tokenizer == "none" else "completions")
     if api not in APIS:
         raise w.error("api", f"expected one of {', '.join(repr(a) for a in APIS)}, got {api!r}")
@@ -93,8 +115,9 @@ def parse_workload(path: Path, data: Any, tokenizer: str) -> WorkloadSpec:
     contexts = _parse_contexts(w)
     if contexts:
         return _grid_workload(w, api, tuple(conc), stream, token_range, contexts)
-    if w.has("prompt_seed"):
-        raise w.error("prompt_seed", "grid mode only (needs workload.contexts)")
+    for key in ("prompt_seed", "left_out"):
+        if w.has(key):
+            raise w.error(key, "grid mode only (needs workload.contexts)")
     rel = w.str_("prompts", required=True)
     try:
         prompts_path = (path.parent / rel).resolve()
@@ -141,13 +164,55 @@ def _grid_workload(w: Section, api: str, conc: tuple[int, ...], stream: bool,
                              "OpenAI completions API takes a list of token ids) or \"generate\", not \"chat\"")
     sizes = _sizes(w)
     rounds = sizes["rounds"]
-    if (held := contexts[-1] * max(conc) * rounds) > MAX_CELL_TOKENS:
-        raise w.error("contexts", f"the largest cell holds {held} prompt token ids (context {contexts[-1]} x "
-                                  f"concurrency {max(conc)} x rounds {rounds}), more than {MAX_CELL_TOKENS} "
+    left_out = _parse_left_out(w, contexts, conc)
+    skipped = {(x.context, x.concurrency) for x in left_out}
+    ctx, c = max(((x, y) for x in contexts for y in conc if (x, y) not in skipped),
+                 key=lambda cell: cell[0] * cell[1])  # the largest cell measured
+    if (held := ctx * c * rounds) > MAX_CELL_TOKENS:
+        raise w.error("contexts", f"the largest cell holds {held} prompt token ids (context {ctx} x "
+                                  f"concurrency {c} x rounds {rounds}), more than {MAX_CELL_TOKENS} "
                                   "(limits.MAX_CELL_TOKENS)")
     return WorkloadSpec(api=api, prompts_path=None, prompts=(), concurrency=conc, stream=stream,
                         token_range=token_range, contexts=contexts, prompt_seed=w.int_("prompt_seed", 0, min_=0),
-                        **sizes)
+                        left_out=left_out, **sizes)
+
+
+LEFT_OUT_SHAPE = '{ context = <int>, concurrency = <int>, why = "<text>" }'
+
+
+def _parse_left_out(w: Section, contexts: tuple[int, ...], conc: tuple[int, ...]) -> tuple[LeftOutCell, ...]:
+    """`left_out = [{ context = 32768, concurrency = 64, why = "..." }, ...]`: cells of the grid not measured, each
+    once, each with a reason; not every cell."""
+    raw = w.get("left_out", [], False)
+    if not isinstance(raw, list):
+        raise w.error("left_out", f"expected a list of tables {LEFT_OUT_SHAPE}, got {shown(raw)}")
+    out: list[LeftOutCell] = []
+    for i, entry in enumerate(raw):
+        key = f"left_out[{i}]"
+        if not isinstance(entry, dict):
+            raise w.error(key, f"expected a table {LEFT_OUT_SHAPE}, got {shown(entry)}")
+        if unknown := sorted(set(entry) - {"context", "concurrency", "why"}):
+            raise w.error(f"{key}.{unknown[0]}", "unknown key (allowed: concurrency, context, why)")
+        for name, values, grid_key in (("context", contexts, "contexts"), ("concurrency", conc, "concurrency")):
+            if name not in entry:
+                raise w.error(f"{key}.{name}", "missing (required)")
+            v = entry[name]
+            if isinstance(v, bool) or not isinstance(v, int) or v not in values:
+                raise w.error(f"{key}.{name}", f"{shown(v)} is not in workload.{grid_key} {list(values)}")
+        why = entry.get("why")
+        if not isinstance(why, str) or not why.strip() or not why.isprintable():
+            raise w.error(f"{key}.why", f"expected a non-empty line of text (why the cell is not measured), got "
+                                        f"{shown(why)}")
+        cell = LeftOutCell(context=entry["context"], concurrency=entry["concurrency"], why=why.strip())
+        if (twice := next((j for j, x in enumerate(out)
+                           if (x.context, x.concurrency) == (cell.context, cell.concurrency)), None)) is not None:
+            raise w.error(key, f"context {cell.context}, concurrency {cell.concurrency} is listed twice "
+                               f"(left_out[{twice}])")
+        out.append(cell)
+    if raw and len(out) == len(contexts) * len(conc):
+        raise w.error("left_out", f"leaves out every cell of the grid ({len(contexts)} contexts x {len(conc)} "
+                                  "concurrency levels): nothing would be measured")
+    return tuple(out)
 
 
 def load_prompts(path: Path, *, where: str, need_ids: bool,

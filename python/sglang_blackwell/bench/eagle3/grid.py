@@ -6,6 +6,7 @@ No harness warm-up. For each context (ascending), each concurrency c (ascending)
 2. first burst: c requests of that context sent together (client.run_level, rounds 1);
 3. reset the spec counters, snapshot the step times and the Triton cache again;
 4. warm window: c clients x `rounds` requests.
+A cell `[workload] left_out` names is skipped (no request sent) and recorded in rec["left_out"] with its reason.
 Every request has a prompt of its own (prompts.PromptSource). The cell's record is the warm window's level record
 (window.measure) with `context`, `triton_compiles` (what the Triton cache gained during the window) and `first`
 (the first burst's tok/s, wall time, TTFT / TPOT / e2e, accept length, Triton compiles). Then, per
@@ -21,7 +22,7 @@ from typing import Any
 from . import crosscheck, prompts, triton_cache, window
 from .config import BenchConfig
 from .config_arms import ArmSpec
-from .config_workload import Prompt
+from .config_workload import LeftOutCell, Prompt
 
 Progress = Callable[[str], None]
 ProfileHook = Callable[[Prompt], dict[str, Any]]
@@ -45,6 +46,11 @@ MEASUREMENT = {
                       "the top kernels",
     "crosscheck": "python -m sglang.bench_serving --backend sglang-oai --dataset-name random-ids on the same "
                   "server per [crosscheck] cell; ours_over_theirs = our warm tok/s / its output_throughput",
+}
+# in the measurement block of a receipt whose config leaves cells out
+LEFT_OUT_MEASUREMENT = {
+    "left_out": "workload.left_out: the cells [workload] left_out names, with the config's reason: never measured "
+                "(no request sent), no cell record, no verdict check of the cell",
 }
 
 
@@ -75,14 +81,21 @@ def measure_cell(cfg: BenchConfig, srv: window.Server, src: prompts.PromptSource
 
 def measure_grid(cfg: BenchConfig, arm: ArmSpec, srv: window.Server, rec: dict[str, Any], progress: Progress, *,
                  ids: Sequence[int], triton_dir: Path | None, profile: ProfileHook | None) -> None:
-    """Every cell into rec["cells"][ctx][c], then the profile windows (rec["profiles"][ctx]) and the cross-check
-    (rec["crosscheck"]); rec["prompts"] says how the prompts were made."""
-    src = prompts.PromptSource(ids, cfg.workload.prompt_seed)
+    """Every cell into rec["cells"][ctx][c] but the left-out ones (rec["left_out"]: no request sent), then the
+    profile windows (rec["profiles"][ctx]) and the cross-check (rec["crosscheck"]); rec["prompts"] says how the
+    prompts were made."""
+    w = cfg.workload
+    src = prompts.PromptSource(ids, w.prompt_seed)
     rec["cells"], rec["profiles"], rec["crosscheck"] = {}, {}, []
     rec["triton_cache_dir"] = str(triton_dir) if triton_dir else None
-    for ctx in cfg.workload.contexts:
+    if w.left_out:
+        rec["left_out"] = [x.facts() for x in w.left_out]
+    for ctx in w.contexts:
         per_c = rec["cells"].setdefault(str(ctx), {})
-        for c in cfg.workload.concurrency:
+        for c in w.concurrency:
+            if (left := w.left_out_cell(ctx, c)) is not None:
+                progress("  " + left_out_line(left))
+                continue
             per_c[str(c)] = measure_cell(cfg, srv, src, ctx, c, triton_dir, progress)
     rec["prompts"] = src.facts()
     if profile is not None and cfg.profile.steps and arm.name in cfg.profile.arms:
@@ -98,9 +111,18 @@ def measure_grid(cfg: BenchConfig, arm: ArmSpec, srv: window.Server, rec: dict[s
             rec["crosscheck"].append(cx)
 
 
+def left_out_line(cell: LeftOutCell | dict[str, Any]) -> str:
+    """`ctx=32768 c=64: left out: <why>`: a left-out cell as the progress and the report say it (`cell`: a
+    receipt's workload.left_out entry or the config's)."""
+    x = cell.facts() if isinstance(cell, LeftOutCell) else cell
+    return f"ctx={x['context']} c={x['concurrency']}: left out: {x['why']}"
+
+
 def workload_facts(cfg: BenchConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The receipt's workload block of a grid: how its prompts were made (the first run's prompt facts)."""
+    """The receipt's workload block of a grid: how its prompts were made (the first run's prompt facts), and the
+    cells left out with their reasons (`left_out`, only where the config leaves some out)."""
     made = next((r["prompts"] for r in runs if isinstance(r.get("prompts"), dict)), {})
+    left = {"left_out": [x.facts() for x in cfg.workload.left_out]} if cfg.workload.left_out else {}
     return {"prompts": "generated (bench/eagle3/prompts.py grid_prompt)", "prompts_sha256": None, "num_prompts": None,
             "contexts": list(cfg.workload.contexts), "prompt_seed": cfg.workload.prompt_seed,
-            "prompt_ids": made.get("ids"), "prompt_ids_sha256": made.get("ids_sha256")}
+            "prompt_ids": made.get("ids"), "prompt_ids_sha256": made.get("ids_sha256"), **left}

@@ -227,7 +227,7 @@ def grid_cell(row: dict[str, Any], first: float | None = None) -> str:
 def grid_section(p: Path, r: dict[str, Any], link_base: Path | None, arm: str | None = None) -> str:
     """One grid receipt's section for one speculative arm (default: the one it judges first): a line naming the
     receipt (with links to it and its heatmap) and the arm's context x concurrency table, from the verdict's
-    table."""
+    table; a cell the config left out (workload.left_out) reads "left out"."""
     s = r["summary"]
     link = os.path.relpath(p, link_base) if link_base else p.name
     heat = p.with_name(p.stem + "_grid.png")
@@ -248,8 +248,10 @@ def grid_section(p: Path, r: dict[str, Any], link_base: Path | None, arm: str | 
         first = first_burst_ratio(agg, metric, baseline, arm, ctx, c) if metric != "tok_s" else None
         return grid_cell(by[(ctx, c)], first)
 
+    left_out = {(int(x["context"]), int(x["concurrency"])) for x in r["workload"].get("left_out") or []}
     for ctx in s[summary_keys.CONTEXTS]:
-        cells = [cell(int(ctx), c) if (int(ctx), c) in by else "-" for c in conc]
+        cells = [cell(int(ctx), c) if (int(ctx), c) in by else "left out" if (int(ctx), c) in left_out else "-"
+                 for c in conc]
         lines.append(f"| {int(ctx)} | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 

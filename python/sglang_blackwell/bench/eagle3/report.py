@@ -1,11 +1,13 @@
 """The text report `bench eagle3` prints: per arm and concurrency the medians, then every check of the verdict,
-the fusion comparison and the verdict itself."""
+the grid (with a line per cell left out, `ctx=<context> c=<c>: left out: <why>`), the fusion comparison and the
+verdict itself."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from . import grid_verdict, summary_keys
+from .grid import left_out_line
 from .window import fmt as _fmt
 
 
@@ -60,6 +62,7 @@ def report_text(receipt: dict[str, Any]) -> str:
                      f"(round {_fmt(t['round_ms'])} ms / decode {_fmt(t['decode_ms'])} ms)")
     if summary_keys.GRID in s:
         lines += grid_verdict.report_lines(receipt)
+        lines += [left_out_line(x) for x in receipt["workload"].get("left_out") or []]
     f = v.get("fusion")
     if f:
         lines.append(f"fusion {f['on']} vs {f['off']} at c={f['concurrency']}: "
