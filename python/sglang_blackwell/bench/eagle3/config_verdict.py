@@ -29,10 +29,10 @@ class VerdictSpec:
     grid_min_ratio: dict[int, dict[int, float]] = field(default_factory=dict)
     first_burst_min_ratio: float | None = None  # grid mode: first-burst tok/s >= it x the same arm's warm tok/s
     metric: str = "tok_s"  # what min_ratio compares: verdict.RATE_METRICS
-    # the speculative arms whose accept length is checked (default: `speculative`); an arm whose draft length
-    # changes at run time (--speculative-adaptive) has no accept length known before the run, so it is left out
-    # and its accept length only reported
-    accept_len_arms: tuple[str, ...] = ()
+    # the speculative arms whose accept length is checked (None: the verdict's `speculative`, as judged); an arm
+    # whose draft length changes at run time (--speculative-adaptive) has no accept length known before the run,
+    # so it is left out and its accept length only reported
+    accept_len_arms: tuple[str, ...] | None = None
 
 
 def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec) -> VerdictSpec:
@@ -67,16 +67,16 @@ def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec
         expect_break_even=v.num("expect_break_even", None, min_=0.0),
         accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0),
         grid_min_ratio=grid_min_ratio, first_burst_min_ratio=_first_burst_min_ratio(v, workload.grid),
-        metric=_metric(v), accept_len_arms=_accept_len_arms(v, arms, tuple(spec_arms)))
+        metric=_metric(v), accept_len_arms=_accept_len_arms(v, arms))
     if verdict.accept_len_tolerance is not None and verdict.expect_accept_len is None:
         raise v.error("accept_len_tolerance", "needs expect_accept_len (the value it is a tolerance of)")
     return verdict
 
 
-def _accept_len_arms(v: Section, arms: dict[str, ArmSpec], spec_arms: tuple[str, ...]) -> tuple[str, ...]:
+def _accept_len_arms(v: Section, arms: dict[str, ArmSpec]) -> tuple[str, ...] | None:
     """`accept_len_arms`: speculative arms (judged by min_ratio or not), each once; needs accept_len_tolerance."""
     if not v.has("accept_len_arms"):
-        return spec_arms
+        return None
     names = v.str_list("accept_len_arms")
     if v.num("accept_len_tolerance", None, min_=0.0) is None:
         raise v.error("accept_len_arms", "needs accept_len_tolerance and expect_accept_len (the check it picks "

@@ -95,6 +95,8 @@ def build_receipt(cfg: BenchConfig, arms: list[str], runs: list[dict[str, Any]],
                             "was run (--arms)")
     fusion_ok = bool(v.fusion_on and v.fusion_on in arms and v.fusion_off in arms)
     v_run = dataclasses.replace(v, speculative=spec or v.speculative,
+                                accept_len_arms=None if v.accept_len_arms is None else tuple(
+                                    a for a in v.accept_len_arms if a in arms),  # of the arms run (--arms)
                                 fusion_on=v.fusion_on if fusion_ok else None,
                                 fusion_off=v.fusion_off if fusion_ok else None,
                                 min_fusion_gain=v.min_fusion_gain if fusion_ok else None)

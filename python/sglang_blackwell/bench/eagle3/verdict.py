@@ -265,8 +265,9 @@ def _accept_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
 
 
 def accept_arms(v: VerdictSpec) -> tuple[str, ...]:
-    """The arms the accept-length check judges: verdict.accept_len_arms, else the verdict's speculative arms."""
-    return v.accept_len_arms or v.speculative
+    """The arms the accept-length check judges: verdict.accept_len_arms where the config names them, else the
+    verdict's speculative arms (those judged)."""
+    return v.speculative if v.accept_len_arms is None else v.accept_len_arms
 
 
 def accept_check(v: VerdictSpec, got: float | None, **where: Any) -> dict[str, Any]:
