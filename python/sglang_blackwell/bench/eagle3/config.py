@@ -21,7 +21,7 @@ to a default). Paths in the config (the prompt file) are relative to the config 
                 measured (no request sent), each with its reason in the receipt (workload.left_out) and the report;
                 a left-out cell may have no [verdict] min_ratio bar and no [crosscheck] cell.
     [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
-                accept_len_tolerance, expect_break_even, first_burst_min_ratio (grid mode)
+                accept_len_tolerance, accept_len_arms, expect_break_even, first_burst_min_ratio (grid mode), metric
                 grid mode: min_ratio = { <context> = { <concurrency> = <ratio> } }
     [profile]   steps, arms, timeout_s, contexts (grid mode: one window per listed context)
                 (optional torch-profiler window for draft/verify/decode GPU times)

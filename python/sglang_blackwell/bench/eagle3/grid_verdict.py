@@ -18,6 +18,7 @@ receipts reads the smallest context's cells) and adds `cells` ({context: {c: {me
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 from . import summary_keys
@@ -181,48 +182,45 @@ def _ratio_checks(agg: dict[str, Any], v: VerdictSpec) -> list[dict[str, Any]]:
     return checks
 
 
-def _accept_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],
-                   concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
+def _accept_checks(agg: dict[str, Any], v: VerdictSpec, cells: list[tuple[int, int]]) -> list[dict[str, Any]]:
     return [accept_check(v, _med(agg, arm, ctx, c, "accept_len"), context=ctx, concurrency=c, arm=arm)
-            for ctx in contexts for c in concurrency for arm in accept_arms(v)]
+            for ctx, c in cells for arm in accept_arms(v)]
 
 
-def _first_burst_checks(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...],
-                        concurrency: tuple[int, ...]) -> list[dict[str, Any]]:
+def _first_burst_checks(agg: dict[str, Any], v: VerdictSpec, cells: list[tuple[int, int]]) -> list[dict[str, Any]]:
     bar = v.first_burst_min_ratio
     out: list[dict[str, Any]] = []
     if bar is None:
         return out
-    for ctx in contexts:
-        for c in concurrency:
-            for arm in (v.baseline, *v.speculative):
-                cell = agg.get(arm, {}).get("cells", {}).get(str(ctx), {}).get(str(c), {})
-                s = cell.get("first_over_warm")
-                k: dict[str, Any] = {"kind": "first_burst", "context": ctx, "concurrency": c, "arm": arm,
-                                     "min_ratio": bar}
-                if not s:
-                    k.update(passed=False, why="no first burst measured")
-                    out.append(k)
-                    continue
-                compiles = (cell.get("first_compiles") or {}).get("median")
-                d = cell.get("first_over_warm_decode") if v.metric == "decode_tok_s" else None
-                k.update(first_over_warm=s["min"], values=s["values"],
-                         first_tok_s=(cell.get("first_tok_s") or {}).get("median"),
-                         warm_tok_s=(cell.get("tok_s") or {}).get("median"), first_compiles=compiles,
-                         first_compiled_kernels=cell.get("first_compiled_kernels") or {})
-                low = [f"first burst {s['min']:.3f} x its warm tok/s < {bar}"] if s["min"] < bar else []
-                if v.metric == "decode_tok_s":  # the verdict's rate too: a stall in the decode steps alone
-                    k["first_over_warm_decode"] = d["min"] if d else None
-                    if not d:
-                        low.append("no decode rate of the first burst (TPOT) measured")
-                    elif d["min"] < bar:
-                        low.append(f"first burst {d['min']:.3f} x its warm decode rate < {bar}")
-                k["passed"] = not low
-                if low:
-                    k["why"] = ("; ".join(low)
-                                + (f"; {compiles:g} Triton compile(s) during the burst"
-                                   f" ({', '.join(k['first_compiled_kernels']) or '-'})" if compiles else ""))
+    for ctx, c in cells:
+        for arm in (v.baseline, *v.speculative):
+            cell = agg.get(arm, {}).get("cells", {}).get(str(ctx), {}).get(str(c), {})
+            s = cell.get("first_over_warm")
+            k: dict[str, Any] = {"kind": "first_burst", "context": ctx, "concurrency": c, "arm": arm,
+                                 "min_ratio": bar}
+            if not s:
+                k.update(passed=False, why="no first burst measured")
                 out.append(k)
+                continue
+            compiles = (cell.get("first_compiles") or {}).get("median")
+            d = cell.get("first_over_warm_decode") if v.metric == "decode_tok_s" else None
+            k.update(first_over_warm=s["min"], values=s["values"],
+                     first_tok_s=(cell.get("first_tok_s") or {}).get("median"),
+                     warm_tok_s=(cell.get("tok_s") or {}).get("median"), first_compiles=compiles,
+                     first_compiled_kernels=cell.get("first_compiled_kernels") or {})
+            low = [f"first burst {s['min']:.3f} x its warm tok/s < {bar}"] if s["min"] < bar else []
+            if v.metric == "decode_tok_s":  # the verdict's rate too: a stall in the decode steps alone
+                k["first_over_warm_decode"] = d["min"] if d else None
+                if not d:
+                    low.append("no decode rate of the first burst (TPOT) measured")
+                elif d["min"] < bar:
+                    low.append(f"first burst {d['min']:.3f} x its warm decode rate < {bar}")
+            k["passed"] = not low
+            if low:
+                k["why"] = ("; ".join(low)
+                            + (f"; {compiles:g} Triton compile(s) during the burst"
+                               f" ({', '.join(k['first_compiled_kernels']) or '-'})" if compiles else ""))
+            out.append(k)
     return out
 
 
@@ -267,11 +265,15 @@ def table(agg: dict[str, Any], v: VerdictSpec, spec_arms: list[str], contexts: t
 
 
 def evaluate_grid(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...], concurrency: tuple[int, ...], *,
-                  problems: list[str] | None = None, spec_arms: list[str] | None = None) -> dict[str, Any]:
+                  problems: list[str] | None = None, spec_arms: list[str] | None = None,
+                  left_out: Collection[tuple[int, int]] = ()) -> dict[str, Any]:
+    """The grid's verdict; the accept-length and first-burst checks run in every cell but those left out
+    (`left_out`: (context, concurrency) of the cells [workload] left_out names, never measured)."""
+    cells = [(ctx, c) for ctx in contexts for c in concurrency if (ctx, c) not in left_out]
     checks = _ratio_checks(agg, v)
     if v.accept_len_tolerance is not None:
-        checks += _accept_checks(agg, v, contexts, concurrency)
-    checks += _first_burst_checks(agg, v, contexts, concurrency)
+        checks += _accept_checks(agg, v, cells)
+    checks += _first_burst_checks(agg, v, cells)
     reasons = []
     for k in checks:
         if not k["passed"]:

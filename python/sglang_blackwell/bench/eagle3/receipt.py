@@ -149,26 +149,11 @@ def judged(cfg: BenchConfig, runs: list[dict[str, Any]], arms: list[str], v: Ver
     conc, spec_arms = cfg.workload.concurrency, [a for a in arms if cfg.arms[a].speculative]
     if cfg.grid:
         agg = grid_verdict.grid_aggregate(runs, arms, cfg.workload.contexts, conc)
-        verdict = grid_verdict.evaluate_grid(agg, v, cfg.workload.contexts, conc, problems=problems,
-                                             spec_arms=spec_arms)
-        return agg, without_left_out_cells(verdict, cfg)
+        left_out = [(x.context, x.concurrency) for x in cfg.workload.left_out]
+        return agg, grid_verdict.evaluate_grid(agg, v, cfg.workload.contexts, conc, problems=problems,
+                                               spec_arms=spec_arms, left_out=left_out)
     agg = aggregate(runs, arms, conc)
     return agg, evaluate(agg, v, conc, problems=problems, spec_arms=spec_arms)
-
-
-def without_left_out_cells(verdict: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
-    """The grid verdict without the checks of the cells [workload] left_out names: grid_verdict checks the accept
-    length and the first burst in every cell of the grid, and a cell never measured fails them ("no accept length
-    measured", "no first burst measured"). Their reasons go with them (grid_verdict words a failed cell check's
-    reason "context <ctx>, concurrency <c>, <arm>..."); the verdict passes on what remains. A min_ratio bar on a
-    left-out cell is refused by the config (config._no_bar_on_left_out_cells), so every ratio check stays."""
-    left = [(x.context, x.concurrency) for x in cfg.workload.left_out]
-    if not left:
-        return verdict
-    checks = [k for k in verdict["checks"] if (k.get("context"), k.get("concurrency")) not in left]
-    prefixes = tuple(f"context {ctx}, concurrency {c}, " for ctx, c in left)
-    reasons = [r for r in verdict["reasons"] if not r.startswith(prefixes)]
-    return {**verdict, "checks": checks, "reasons": reasons, "passed": not reasons}
 
 
 def workload_facts(cfg: BenchConfig, runs: list[dict[str, Any]], repeats: int) -> dict[str, Any]:
