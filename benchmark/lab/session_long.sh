@@ -39,11 +39,16 @@
 #   X  (nothing)      its eagle3-mla arm (2 steps)
 #   Y  (nothing)      its eagle3-mla-adaptive arm
 #   Z  (nothing)      its eagle3 arm (the GQA draft, 2 steps)
+#   B2 carry .whl/c2  where a round goes at 128k (lab-kimi61-long-128k-profile.toml: c = 1, the profiler window by
+#                     stage over the cell's warm request again, its prefill from the radix cache; outputs compared):
+#                     its eagle3-mla arm (installs the bundle after A)
+#   C2 (nothing)      its eagle3 arm (the GQA draft)
+#   D2 (nothing)      its baseline arm
 #   W  carry .whl/c2  (after A) install the bundle, generate the 10-layer lab pair with its tokenizer (/tmp/lab),
 #                     then the hostile-request suite on both arms (benchmark/lab/hostile.sh, SGLB_DEADLINE_S 400)
 #   B-Z install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z
+#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|B2|C2|D2
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -55,6 +60,7 @@ export TRITON_CACHE_DIR=/tmp/jit/triton MAX_JOBS=16
 OUT=${OUT:-/tmp/out}
 LONG64=benchmark/lab-kimi61-long-64k.toml
 LONG128=benchmark/lab-kimi61-long-128k.toml
+LONG128P=benchmark/lab-kimi61-long-128k-profile.toml
 LONG32C4=benchmark/lab-kimi61-long-32k-c4.toml
 LONG32C4L=benchmark/lab-kimi61-long-32k-c4-2048.toml
 LONG32P=benchmark/lab-kimi61-long-32k-profile.toml
@@ -170,6 +176,9 @@ case "${1:-}" in
   X) arm_step "$C64" eagle3-mla X ;;
   Y) arm_step "$C64" eagle3-mla-adaptive Y ;;
   Z) arm_step "$C64" eagle3 Z ;;
+  B2) arm_step "$LONG128P" eagle3-mla B2 ;;
+  C2) arm_step "$LONG128P" eagle3 C2 ;;
+  D2) arm_step "$LONG128P" baseline D2 ;;
   W) hostile_step ;;
   *) usage; exit 2 ;;
 esac

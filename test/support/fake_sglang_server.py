@@ -28,11 +28,16 @@ FAKE_TRITON_COMPILE_MS, the first time the running batch reaches a new power-of-
 there "compiles" FAKE_TRITON_KERNEL (default assign_extend_cache_locs): it sleeps that long and writes a cache entry
 (<dir>/<hash>/<name>.json, __grp__<name>.json, <name>.cubin) into the Triton cache dir of its environment
 (TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache, else ~/.triton/cache).
+Outputs: every request's output ids follow from its prompt's length and position alone (the same on both arms:
+greedy speculation is lossless); FAKE_WRONG_FROM=k makes every output token from position k on one id off (a
+wrong kernel past some length). FAKE_PROMPT_LOG=<file>: one line per request, "<path> <prompt tokens> <sha256
+of the prompt as JSON, 16 hex>", in arrival order.
 Misbehaviour for teardown tests: FAKE_IGNORE_SIGTERM=1; FAKE_SPAWN_CHILD=1 (a child that ignores SIGTERM too;
 FAKE_CHILD_NEW_PGRP=1 moves it to its own process group, still in our session); FAKE_PID_FILE gets the pids.
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -73,6 +78,8 @@ CTX_S_PER_KTOK = float(env("FAKE_CTX_MS_PER_KTOK", "0")) / 1e3
 COMPILE_S = float(env("FAKE_TRITON_COMPILE_MS", "0")) / 1e3
 KERNEL = env("FAKE_TRITON_KERNEL", "assign_extend_cache_locs")
 SPEC = bool(args.speculative_algorithm)
+WRONG_FROM = int(env("FAKE_WRONG_FROM", "0"))
+PROMPT_LOG = env("FAKE_PROMPT_LOG")
 INTERVAL = 4  # like --decode-log-interval, small so short requests record step times
 
 T0 = time.monotonic()
@@ -154,7 +161,8 @@ def produce_ids(n, seed, prompt_len=0):
                     now = time.perf_counter()
                     state["steps"].setdefault(state["running"], []).append((now - tic) / INTERVAL)
                     tic = now
-            yield [100 + (seed + made + j) % 2048 for j in range(toks)]
+            yield [100 + (seed + made + j + (1 if WRONG_FROM and made + j >= WRONG_FROM else 0)) % 2048
+                   for j in range(toks)]
             made += toks
     finally:
         with lock:
@@ -193,6 +201,11 @@ class Handler(OpenAIRoutes):
         if self.path.startswith("/flush_cache"):
             return self._send(200, "Cache flushed.\n", "text/plain")
         body = self._body()
+        prompt = body.get("input_ids", body.get("prompt", body.get("text")))
+        if PROMPT_LOG and prompt is not None:
+            digest = hashlib.sha256(json.dumps(prompt).encode()).hexdigest()[:16]
+            with lock, open(PROMPT_LOG, "a") as f:
+                f.write(f"{self.path} {len(prompt)} {digest}\n")
         if self.path == "/set_internal_state":
             with lock:
                 state["accept"] = state["forward"] = 0

@@ -31,6 +31,7 @@ from `ttft_probe` (streamed requests on the idle server).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -74,6 +75,16 @@ class RequestResult:
     verify_ct: int | None  # spec_verify_ct from /generate meta_info (speculative SGLang servers)
     output_ids: list[int] | None = None
     chunk_s: list[float] | None = None  # arrival of each output-carrying chunk, seconds after sending
+    output_digest: str | None = None  # output_digest() of what the request produced (the arms' outputs compared)
+
+
+def output_digest(output: str | Sequence[int]) -> str:
+    """The first 16 hex digits of the sha256 of a request's output: its text (the OpenAI APIs, the text pieces
+    of the stream joined), or its token ids as a JSON list (/generate's output_ids). Two greedy requests with
+    the same prompt on servers of the same model produced the same output exactly when their digests agree
+    (64 bits: a collision among a receipt's few thousand requests has odds below 1e-12)."""
+    data = output if isinstance(output, str) else json.dumps([int(i) for i in output])
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def model_id(url: str, preferred: str | None = None, timeout: float = 30.0) -> str:
@@ -195,13 +206,16 @@ def _error_text(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _carries_output(obj: dict[str, Any], chat: bool, where: str) -> bool:
+def _output_text(obj: dict[str, Any], chat: bool, where: str) -> str:
+    """The output a stream event carries: choices[].text (completions), or the delta's content, reasoning and tool
+    calls (chat; tool calls as their JSON), joined; "" when it carries none."""
     choices = obj.get("choices")
     if choices is None:
-        return False
+        return ""
     if not isinstance(choices, list):
         raise RequestError(f"{where}: stream event field choices is {_kind(choices)}, expected a list: "
                            f"{json.dumps(obj)[:200]}")
+    out = []
     for i, ch in enumerate(choices):
         if not isinstance(ch, dict):
             continue
@@ -210,16 +224,17 @@ def _carries_output(obj: dict[str, Any], chat: bool, where: str) -> bool:
             if not isinstance(delta, dict):
                 raise RequestError(f"{where}: stream event field choices[{i}].delta is {_kind(delta)}, expected "
                                    f"an object: {json.dumps(obj)[:200]}")
-            if any(delta.get(k) for k in CHAT_OUTPUT_FIELDS):
-                return True
+            out += [v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+                    for k in CHAT_OUTPUT_FIELDS if (v := delta.get(k))]
         elif ch.get("text"):
-            return True
-    return False
+            out.append(str(ch["text"]))
+    return "".join(out)
 
 
 def _openai_stream(r: transport.Reply, t0: float, *, chat: bool, where: str,
                    first_byte_s: float | None = None) -> RequestResult:
     chunks: list[float] = []
+    pieces: list[str] = []
     usage: dict[str, Any] | None = None
     for t, data in sse_events(r, first_byte_s):
         obj = _json_event(data, where)
@@ -228,8 +243,9 @@ def _openai_stream(r: transport.Reply, t0: float, *, chat: bool, where: str,
             raise RequestError(f"{where}: server error in the stream: {err}")
         if isinstance(obj.get("usage"), dict):
             usage = obj["usage"]  # the final usage chunk (continuous usage stats: every chunk; the last wins)
-        if _carries_output(obj, chat, where):
+        if text := _output_text(obj, chat, where):
             chunks.append(t - t0)
+            pieces.append(text)
     e2e = time.perf_counter() - t0
     n = usage.get("completion_tokens") if usage is not None else None
     if usage is None or n is None:
@@ -239,7 +255,8 @@ def _openai_stream(r: transport.Reply, t0: float, *, chat: bool, where: str,
         raise RequestError(f"{where}: usage.completion_tokens is {n!r:.60}, expected a count")
     if not chunks:
         raise RequestError(f"{where}: the stream carried no output")
-    return RequestResult(e2e_s=e2e, ttft_s=chunks[0], output_tokens=n, verify_ct=None, chunk_s=chunks)
+    return RequestResult(e2e_s=e2e, ttft_s=chunks[0], output_tokens=n, verify_ct=None, chunk_s=chunks,
+                         output_digest=output_digest("".join(pieces)))
 
 
 def _count(v: Any, field: str, where: str) -> int | None:
@@ -268,8 +285,12 @@ def _generate_result(final: Any, e2e: float, ttft: float | None, chunks: list[fl
         n = len(ids) if isinstance(ids, list) else 0
     vct = meta.get("spec_verify_ct")
     vct = _count(vct, "meta_info.spec_verify_ct", where) if isinstance(vct, (int, float)) else None
+    text = final.get("text")
+    digest = (output_digest(ids) if isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+              else output_digest(text) if isinstance(text, str) else None)
     return RequestResult(e2e_s=e2e, ttft_s=ttft, output_tokens=n, verify_ct=vct,
-                         output_ids=list(ids) if isinstance(ids, list) else None, chunk_s=chunks)
+                         output_ids=list(ids) if isinstance(ids, list) else None, chunk_s=chunks,
+                         output_digest=digest)
 
 
 def _generate_progress(obj: dict[str, Any]) -> int:
@@ -407,4 +428,6 @@ def level_metrics(run: LevelRun, ttft_fallback_s: float | None) -> dict[str, Any
         "accept_len": round(accept, 4) if accept is not None else None,
         "accept_len_source": "meta_info" if accept is not None else None,
         "verify_ct": sum(v for v in vct if v) if accept is not None else None,
+        # per request, in the order of the prompts sent (client i's round j is prompt i x rounds + j)
+        "output_digests": [r.output_digest for r in rs],
     }

@@ -23,7 +23,8 @@ to a default). Paths in the config (the prompt file) are relative to the config 
     [verdict]   baseline, speculative, min_ratio, fusion, min_fusion_gain, expect_accept_len,
                 accept_len_tolerance, accept_len_arms, expect_break_even, first_burst_min_ratio (grid mode), metric
                 grid mode: min_ratio = { <context> = { <concurrency> = <ratio> } }
-    [profile]   steps, arms, timeout_s, contexts (grid mode: one window per listed context)
+    [profile]   steps, arms, timeout_s, contexts (grid mode: one window per listed context), prompt (grid
+                mode: fresh or cell, PROFILE_PROMPTS)
                 (optional torch-profiler window for draft/verify/decode GPU times)
     [crosscheck] cells, num_prompts, python, timeout_s   (grid mode: upstream's sglang.bench_serving per cell)
 
@@ -81,6 +82,16 @@ class ProfileSpec:
     arms: tuple[str, ...]
     timeout_s: float
     contexts: tuple[int, ...] = ()  # grid mode: one window per listed context (prompt of that length)
+    prompt: str = "fresh"  # grid mode: PROFILE_PROMPTS
+
+
+# what [profile] prompt may name: the profiler window's request in grid mode
+PROFILE_PROMPTS = {
+    "fresh": "a prompt of its own, after every cell (its prefill runs in full)",
+    "cell": "the last prompt of the context's warm window, right after that context's cells: its KV is still in "
+            "the radix cache, so only its last token is prefilled again and the decode batches profiled attend "
+            "over the same KV length (at 128k this saves a ~150 s prefill on one GPU)",
+}
 
 
 @dataclass(frozen=True)
@@ -208,11 +219,12 @@ def parse_config(data: dict[str, Any], path: Path) -> BenchConfig:
     verdict = parse_verdict(top, arms, workload)
     _no_bar_on_left_out_cells(top, workload)
 
-    p = Section(path, "profile", top.get("profile", {}, False), {"steps", "arms", "timeout_s", "contexts"})
+    p = Section(path, "profile", top.get("profile", {}, False),
+                {"steps", "arms", "timeout_s", "contexts", "prompt"})
     steps = p.int_("steps", 0, min_=0)
     profile = ProfileSpec(steps=steps, arms=p.str_list("arms", [verdict.baseline, *verdict.speculative]),
                           timeout_s=p.num("timeout_s", 120.0, min_=1.0),
-                          contexts=_profile_contexts(p, workload, steps))
+                          contexts=_profile_contexts(p, workload, steps), prompt=_profile_prompt(p, workload))
     for a in profile.arms:
         check_arm(p, "arms", a, arms, speculative=None)
     crosscheck = None
@@ -264,6 +276,17 @@ def _profile_contexts(p: Section, w: WorkloadSpec, steps: int) -> tuple[int, ...
         raise p.error("contexts", f"context {unmeasured[0]}: workload.left_out leaves out every cell of it "
                                   "(not measured at all): no profile window there")
     return tuple(sorted(got))
+
+
+def _profile_prompt(p: Section, w: WorkloadSpec) -> str:
+    """[profile] prompt: PROFILE_PROMPTS (default fresh); grid mode only. "cell" needs the radix cache the server
+    keeps by default (a server run with --disable-radix-cache prefills the prompt again: slower, still right)."""
+    got = p.str_("prompt", "fresh")
+    if got not in PROFILE_PROMPTS:
+        raise p.error("prompt", f"expected one of {', '.join(repr(k) for k in PROFILE_PROMPTS)}, got {got!r}")
+    if got != "fresh" and not w.grid:
+        raise p.error("prompt", "grid mode only (needs workload.contexts)")
+    return str(got)
 
 
 def default_crosscheck_python(launcher: tuple[str, ...]) -> str:

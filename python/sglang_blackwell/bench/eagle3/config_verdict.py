@@ -33,6 +33,8 @@ class VerdictSpec:
     # whose draft length changes at run time (--speculative-adaptive) has no accept length known before the run,
     # so it is left out and its accept length only reported
     accept_len_arms: tuple[str, ...] | None = None
+    # grid mode: every speculative arm's greedy output equal to the baseline's, request by request (outputs.py)
+    outputs_match: bool = False
 
 
 def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec) -> VerdictSpec:
@@ -41,7 +43,7 @@ def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec
     v = Section(top.path, "verdict", top.get("verdict", None, True),
                 {"baseline", "speculative", "min_ratio", "fusion", "min_fusion_gain", "expect_accept_len",
                  "accept_len_tolerance", "expect_break_even", "first_burst_min_ratio", "metric",
-                 "accept_len_arms"})
+                 "accept_len_arms", "outputs_match"})
     baseline = v.str_("baseline", required=True)
     check_arm(v, "baseline", baseline, arms, speculative=False)
     spec_arms = v.str_list("speculative", [a.name for a in arms.values() if a.speculative])
@@ -67,7 +69,8 @@ def parse_verdict(top: Section, arms: dict[str, ArmSpec], workload: WorkloadSpec
         expect_break_even=v.num("expect_break_even", None, min_=0.0),
         accept_len_tolerance=v.num("accept_len_tolerance", None, min_=0.0),
         grid_min_ratio=grid_min_ratio, first_burst_min_ratio=_first_burst_min_ratio(v, workload.grid),
-        metric=_metric(v), accept_len_arms=_accept_len_arms(v, arms))
+        metric=_metric(v), accept_len_arms=_accept_len_arms(v, arms),
+        outputs_match=_outputs_match(v, workload.grid))
     if verdict.accept_len_tolerance is not None and verdict.expect_accept_len is None:
         raise v.error("accept_len_tolerance", "needs expect_accept_len (the value it is a tolerance of)")
     return verdict
@@ -88,6 +91,15 @@ def _accept_len_arms(v: Section, arms: dict[str, ArmSpec]) -> tuple[str, ...] | 
     if len(set(names)) != len(names):
         raise v.error("accept_len_arms", f"lists an arm twice: {list(names)}")
     return tuple(names)
+
+
+def _outputs_match(v: Section, grid: bool) -> bool:
+    """`outputs_match` (default false): the arms' greedy outputs compared request by request; grid mode only (the
+    harness's levels send prompts from a file in an order the arms need not share)."""
+    on = v.bool_("outputs_match", False)
+    if on and not grid:
+        raise v.error("outputs_match", "grid mode only (needs workload.contexts)")
+    return on
 
 
 # what [verdict] metric may name (verdict.rate_vals computes each)

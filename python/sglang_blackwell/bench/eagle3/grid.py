@@ -10,7 +10,9 @@ A cell `[workload] left_out` names is skipped (no request sent) and recorded in 
 Every request has a prompt of its own (prompts.PromptSource). The cell's record is the warm window's level record
 (window.measure) with `context`, `triton_compiles` (what the Triton cache gained during the window) and `first`
 (the first burst's tok/s, wall time, TTFT / TPOT / e2e, accept length, Triton compiles). Then, per
-`[profile] contexts`, one profiler window with a prompt of that length, and the `[crosscheck]` cells.
+`[profile] contexts`, one profiler window with a prompt of that length (`[profile] prompt = "cell"`: the context's
+last warm prompt again, right after its cells, its prefill served by the radix cache), and the `[crosscheck]`
+cells.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .config_workload import LeftOutCell, Prompt
 Progress = Callable[[str], None]
 ProfileHook = Callable[[Prompt], dict[str, Any]]
 FIRST_KEYS = ("tok_s", "wall_s", "requests", "output_tokens", "ttft_ms", "ttft_ms_p99", "tpot_ms", "tpot_ms_p99",
-              "e2e_ms", "e2e_ms_p99", "itl_ms_p99", "accept_len", "step_ms")
+              "e2e_ms", "e2e_ms_p99", "itl_ms_p99", "accept_len", "step_ms", "output_digests")
 
 
 MEASUREMENT = {
@@ -90,6 +92,7 @@ def measure_grid(cfg: BenchConfig, arm: ArmSpec, srv: window.Server, rec: dict[s
     rec["triton_cache_dir"] = str(triton_dir) if triton_dir else None
     if w.left_out:
         rec["left_out"] = [x.facts() for x in w.left_out]
+    hook = profile if cfg.profile.steps and arm.name in cfg.profile.arms else None
     for ctx in w.contexts:
         per_c = rec["cells"].setdefault(str(ctx), {})
         for c in w.concurrency:
@@ -97,11 +100,14 @@ def measure_grid(cfg: BenchConfig, arm: ArmSpec, srv: window.Server, rec: dict[s
                 progress("  " + left_out_line(left))
                 continue
             per_c[str(c)] = measure_cell(cfg, srv, src, ctx, c, triton_dir, progress)
+        if hook is not None and cfg.profile.prompt == "cell" and ctx in cfg.profile.contexts:
+            progress(f"  profile window at ctx={ctx} (the warm window's last prompt, from the radix cache)")
+            rec["profiles"][str(ctx)] = {**hook(src.last(ctx)), "prompt": "cell"}
     rec["prompts"] = src.facts()
-    if profile is not None and cfg.profile.steps and arm.name in cfg.profile.arms:
+    if hook is not None and cfg.profile.prompt == "fresh":
         for ctx in cfg.profile.contexts:
             progress(f"  profile window at ctx={ctx}")
-            rec["profiles"][str(ctx)] = profile(src.take(ctx, 1)[0])
+            rec["profiles"][str(ctx)] = hook(src.take(ctx, 1)[0])
         rec["prompts"] = src.facts()
     if cfg.crosscheck is not None:
         tokenizer = str(prompts.tokenizer_dir(cfg))

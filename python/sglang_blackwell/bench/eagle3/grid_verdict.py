@@ -8,6 +8,8 @@ verdict.first_burst_min_ratio, in every cell, for the baseline and every verdict
 first-burst tok/s / its own warm tok/s >= first_burst_min_ratio, and with metric decode_tok_s its decode rate too
 (warm TPOT p50 / first-burst TPOT p50): a server that stalls the first time it sees a batch size, e.g. compiling
 Triton kernels, fails it (in the prefill or in the decode steps); the cell's Triton compiles are in the check.
+With verdict.outputs_match, in every cell, for every speculative arm run: its greedy output equal to the
+baseline's request by request (outputs.py).
 
 The aggregate keeps verdict.aggregate's shape for the smallest context (`levels`: so every reader of non-grid
 receipts reads the smallest context's cells) and adds `cells` ({context: {c: {metric: spread}}}: the warm metrics,
@@ -24,6 +26,7 @@ from typing import Any
 from . import summary_keys
 from .config_verdict import VerdictSpec
 from .crosscheck import line as crosscheck_line
+from .outputs import summary_line as outputs_line
 from .stats import median
 from .verdict import (
     LEVEL_METRICS,
@@ -266,21 +269,25 @@ def table(agg: dict[str, Any], v: VerdictSpec, spec_arms: list[str], contexts: t
 
 def evaluate_grid(agg: dict[str, Any], v: VerdictSpec, contexts: tuple[int, ...], concurrency: tuple[int, ...], *,
                   problems: list[str] | None = None, spec_arms: list[str] | None = None,
-                  left_out: Collection[tuple[int, int]] = ()) -> dict[str, Any]:
+                  left_out: Collection[tuple[int, int]] = (),
+                  output_checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The grid's verdict; the accept-length and first-burst checks run in every cell but those left out
-    (`left_out`: (context, concurrency) of the cells [workload] left_out names, never measured)."""
+    (`left_out`: (context, concurrency) of the cells [workload] left_out names, never measured);
+    `output_checks`: outputs.outputs_checks of the runs (verdict.outputs_match), checks like the others."""
     cells = [(ctx, c) for ctx in contexts for c in concurrency if (ctx, c) not in left_out]
     checks = _ratio_checks(agg, v)
     if v.accept_len_tolerance is not None:
         checks += _accept_checks(agg, v, cells)
     checks += _first_burst_checks(agg, v, cells)
+    checks += list(output_checks or [])
     reasons = []
     for k in checks:
         if not k["passed"]:
             why = k.get("why") or (f"worst {k['worst_spec_tok_s']} tok/s < {k['min_ratio']} x best baseline "
                                    f"{k['best_baseline_tok_s']} tok/s")
             reasons.append(f"context {k['context']}, concurrency {k['concurrency']}, {k['arm']}"
-                           + (" first burst" if k.get("kind") == "first_burst" else "") + f": {why}")
+                           + {"first_burst": " first burst", "outputs": " outputs"}.get(k.get("kind") or "", "")
+                           + f": {why}")
     fusion = fusion_comparison(agg, v, concurrency)  # the smallest context (agg's own levels)
     if fusion and fusion.get("passed") is False:
         reasons.append(f"fusion gain {fusion.get('gain')} < required {v.min_fusion_gain}")
@@ -437,4 +444,6 @@ def report_lines(receipt: dict[str, Any]) -> list[str]:
     out += profile_lines(receipt["aggregate"])
     out += [f"kernel growth {arm}: {growth_note(g)}" for arm, g in (v.get("kernel_growth") or {}).items()]
     out += [f"{x['arm']} r{x['repeat']} {crosscheck_line(x)}" for x in receipt.get("crosscheck") or []]
+    if compared := [k for k in v.get("checks", []) if k.get("kind") == "outputs"]:
+        out.append(outputs_line(compared))
     return out

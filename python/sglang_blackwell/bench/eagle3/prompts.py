@@ -122,6 +122,13 @@ class PromptSource:
         self.used[context_len] = start + n
         return [grid_prompt(context_len, start + i, self.seed, self.ids) for i in range(n)]
 
+    def last(self, context_len: int) -> Prompt:
+        """The prompt `take` gave last for `context_len` (none taken yet: a ValueError)."""
+        n = self.used.get(context_len, 0)
+        if not n:
+            raise ValueError(f"no prompt of {context_len} tokens taken yet")
+        return grid_prompt(context_len, n - 1, self.seed, self.ids)
+
     def facts(self) -> dict[str, Any]:
         """What the run record says about its prompts."""
         return {"generator": "bench/eagle3/prompts.py grid_prompt", "seed": self.seed, "ids": len(self.ids),

@@ -16,7 +16,7 @@ from ... import receipts
 from ...box import nvidia_smi as nvidia
 from ...errors import UserError
 from ...paths import os_reason
-from . import grid, grid_verdict, launcher, plots
+from . import grid, grid_verdict, launcher, outputs, plots
 from .config import BenchConfig
 from .config_verdict import VerdictSpec
 from .progress import Progress
@@ -150,8 +150,10 @@ def judged(cfg: BenchConfig, runs: list[dict[str, Any]], arms: list[str], v: Ver
     if cfg.grid:
         agg = grid_verdict.grid_aggregate(runs, arms, cfg.workload.contexts, conc)
         left_out = [(x.context, x.concurrency) for x in cfg.workload.left_out]
+        compared = outputs.outputs_checks(runs, v.baseline, spec_arms, cfg.workload.contexts, conc,
+                                          left_out) if v.outputs_match and v.baseline in arms else None
         return agg, grid_verdict.evaluate_grid(agg, v, cfg.workload.contexts, conc, problems=problems,
-                                               spec_arms=spec_arms, left_out=left_out)
+                                               spec_arms=spec_arms, left_out=left_out, output_checks=compared)
     agg = aggregate(runs, arms, conc)
     return agg, evaluate(agg, v, conc, problems=problems, spec_arms=spec_arms)
 

@@ -43,6 +43,10 @@ def report_text(receipt: dict[str, Any]) -> str:
                       else "")
             lines.append(f"{at}: first burst / warm {_fmt(k.get('first_over_warm'))}{decode} "
                          f"(need >= {k['min_ratio']}): " + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
+        elif k.get("kind") == "outputs":
+            equal = f"{k['compared'] - k['differ']} of {k['compared']}" if "compared" in k else "-"
+            lines.append(f"{at}: greedy outputs equal to {k['baseline']}'s: {equal}: "
+                         + ("pass" if k["passed"] else f"FAIL ({k['why']})"))
         elif "worst_over_best" in k:
             lines.append(f"{at} vs {k['baseline']}: "
                          f"worst/best {k['worst_over_best']:.3f} "

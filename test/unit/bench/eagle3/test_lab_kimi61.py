@@ -174,6 +174,7 @@ def test_grid_config_expectation_is_the_computed_one():
 
 @pytest.mark.parametrize("name", ["lab-kimi61-long.toml", "lab-kimi61-long-128k.toml", "lab-kimi61-long-32k-c4.toml",
                                   "lab-kimi61-long-32k-c4-2048.toml", "lab-kimi61-long-32k-profile.toml",
+                                  "lab-kimi61-long-128k-profile.toml",
                                   "lab-kimi61-grid-mla.toml"])
 def test_long_config_expectation_is_the_computed_one(name):
     """lab-kimi61-long.toml, its 128k cut, its 32k cuts at c = 1 and 4 (answers of 256 and of 2048 tokens) and the
