@@ -19,6 +19,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,6 +70,7 @@ for line in proto_in:
             err = os.open(req["stderr"], os.O_WRONLY | os.O_TRUNC)
             os.dup2(out, 1); os.dup2(err, 2); os.close(out); os.close(err)
             os.environ.clear(); os.environ.update(req["env"])
+            import tempfile; tempfile.tempdir = None  # the probe's own TMPDIR (run_probe), not the zygote's
             sys.path[:] = [""] + req["trees"] + base_path[1:]
             importlib.invalidate_caches()
             sys.argv = ["-c"]
@@ -118,16 +120,23 @@ def _import_time_key(env: dict[str, str]) -> tuple[str | None, ...]:
 
 
 def run_probe(trees: list[Path], code: str, *, env: dict[str, str] | None = None, timeout: int = 240) -> dict:
+    """Run `code` against `trees` (module docstring); what the probe writes through tempfile (a scenario's model
+    directory, zmq's IPC paths) goes to a TMPDIR of its own, removed when it ends."""
     full_env = _env(trees, env)
     code = textwrap.dedent(code)
     fresh = os.environ.get(ZYGOTE_ENV, "1") == "0"
     zygote = None if fresh else _zygote(_import_time_key(full_env))
-    if zygote is not None:
-        rc, stdout, stderr = zygote.run([str(t) for t in trees], code, full_env, timeout)
-    else:
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
-                           timeout=timeout)
-        rc, stdout, stderr = r.returncode, r.stdout, r.stderr
+    scratch = tempfile.mkdtemp(prefix="sglb-probe-tmp-")
+    full_env["TMPDIR"] = scratch
+    try:
+        if zygote is not None:
+            rc, stdout, stderr = zygote.run([str(t) for t in trees], code, full_env, timeout)
+        else:
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
+                               timeout=timeout)
+            rc, stdout, stderr = r.returncode, r.stdout, r.stderr
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
     if rc != 0 or not lines:
         raise ProbeError(f"probe exited {rc}\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-6000:]}")
@@ -197,6 +206,7 @@ class _Zygote:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _zygotes: dict[tuple[str | None, ...], _Zygote] = {}

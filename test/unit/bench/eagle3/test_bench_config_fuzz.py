@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from sglang_blackwell.cli import main
 from sglang_blackwell.tomlio import dumps, tomllib
 
-_scratch = Path(tempfile.mkdtemp(prefix="bench-config-fuzz-"))
-BASE: dict[str, Any] = tomllib.loads(write_config(_scratch, model_dirs=False).read_text())
-PROMPTS = (_scratch / "prompts.jsonl").read_bytes()
+with tempfile.TemporaryDirectory(prefix="bench-config-fuzz-") as _scratch:  # read at import, never left behind
+    BASE: dict[str, Any] = tomllib.loads(write_config(Path(_scratch), model_dirs=False).read_text())
+    PROMPTS = (Path(_scratch) / "prompts.jsonl").read_bytes()
 
 hostile_text = st.one_of(
     st.text(max_size=30),
