@@ -3,8 +3,10 @@
 
 Every speculative receipt of this project was measured with `--attention-backend triton`: P8 (split-KV
 target-verify) and P11 (split-KV draft extend) are kernels of sglang's Triton backend. Under FlashInfer they do
-not run, and FlashInfer's own MLA path on SM12x is not what the receipts measured: its trtllm-gen MLA kernels
-reject the arch (flashinfer#3263, sglang#24633), and on the lab a FlashInfer-backend server never became healthy.
+not run, and FlashInfer's own MLA path on SM12x is not what the receipts measured: `--attention-backend flashinfer`
+runs FlashInfer's generic fa2 MLA kernel there (its "auto" picks fa3 only on SM90), never measured on an SM12x GPU
+(the lab is SM90, where the same flag runs fa3); `trtllm_mla` is the backend whose trtllm-gen kernels reject the
+arch (flashinfer#3263, sglang#24633). docs/attention-backends.md has the paths with their citations.
 sglang's own default on SM12x is Triton for MLA models (DeepSeek-V3, Kimi-K2.x: `_get_default_attn_backend`,
 0.5.9 / 0.5.14 / 0.5.23) and FlashInfer for the others; a README or config that passes `--attention-backend
 flashinfer` switches P8 off. So on a box whose GPUs are all SM12x, `serve` adds `--attention-backend triton` to a
@@ -50,5 +52,5 @@ def choose(parsed: SglangArgv, topology: Topology) -> BackendChoice:
     return BackendChoice([FLAG, MEASURED_BACKEND],
                          f"{FLAG} {MEASURED_BACKEND}: speculation ({parsed.speculative}) on SM12x; target-verify "
                          f"runs {VERIFY_KERNEL} and draft extend P11's in the Triton backend only, the one every "
-                         "receipt measured; FlashInfer's MLA kernels are not measured on SM12x (trtllm-gen rejects "
-                         "the arch, flashinfer#3263). Pass your own --attention-backend to choose another")
+                         "receipt measured; FlashInfer's MLA path (its fa2 kernel on SM12x) is not measured on SM12x "
+                         "(docs/attention-backends.md). Pass your own --attention-backend to choose another")
