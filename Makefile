@@ -9,11 +9,13 @@ VENV   ?= .venv
 BASE   ?=
 OUT    ?= dist
 PYTEST_ARGS ?=
-# `make test` runs the suite on the machine's cores (pytest-xdist, at most 4 workers: each holds its own probe
-# zygote with torch imported), a test file per worker at a time (--dist loadfile: a file's module fixtures are
-# computed once, as in a serial run), the longest files first (test/support/worker_order.py; xdist's own reorder
-# would put them last). PYTEST_JOBS= runs it in one process.
-PYTEST_JOBS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+# `make test` runs the suite on the machine's cores plus one (pytest-xdist, at most 4 workers: each holds its own
+# probe zygote with torch imported; the extra worker runs while the others wait on servers and subprocesses: on a
+# 2-core machine pytest took 610 s with 3 workers against 704 s with 2, 2026-12-07), a test file per worker at a
+# time (--dist loadfile: a file's module fixtures are computed once, as in a serial run), the longest files first
+# (test/support/worker_order.py; xdist's own reorder would put them last). PYTEST_JOBS= runs it in one process.
+PYTEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST_JOBS ?= -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # One thread per process for the BLAS / OpenMP pools of torch and numpy (a value of yours in the environment wins):
 # the workers already fill the cores, and a pool's threads spin while they wait. Measured on 2 cores: P8's kernel
 # cases under Triton's interpreter took 49.3 s of CPU for 32.7 s of wall with the default pool, 32.2 s for 32.2 s
