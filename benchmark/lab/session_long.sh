@@ -39,6 +39,10 @@
 #   X  (nothing)      its eagle3-mla arm (2 steps)
 #   Y  (nothing)      its eagle3-mla-adaptive arm
 #   Z  (nothing)      its eagle3 arm (the GQA draft, 2 steps)
+#   V2 (nothing)      lab-kimi61-c64-2k.toml (the c64 config at 2k x c = 32 / 64 only, for a session short of lab
+#                     time): its baseline arm
+#   X2 (nothing)      its eagle3-mla arm (2 steps)
+#   Y2 (nothing)      its eagle3-mla-adaptive arm
 #   B2 carry .whl/c2  where a round goes at 128k (lab-kimi61-long-128k-profile.toml: c = 1, the profiler window by
 #                     stage over the cell's warm request again, its prefill from the radix cache; outputs compared):
 #                     its eagle3-mla arm (installs the bundle after A)
@@ -46,9 +50,12 @@
 #   D2 (nothing)      its baseline arm
 #   W  carry .whl/c2  (after A) install the bundle, generate the 10-layer lab pair with its tokenizer (/tmp/lab),
 #                     then the hostile-request suite on both arms (benchmark/lab/hostile.sh, SGLB_DEADLINE_S 400)
+#   JIT (nothing)     after the arms: the JIT caches this machine built (/tmp/jit: Triton, FlashInfer, TVM-FFI), a
+#                     listing with sizes and a tar.gz in parts of 15 MiB (at most 7) for issue 31's cold start (a
+#                     cache the bundle carries to a fresh machine)
 #   B-Z install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|B2|C2|D2
+#   bash benchmark/lab/session_long.sh JIT|A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -66,6 +73,7 @@ LONG32C4L=benchmark/lab-kimi61-long-32k-c4-2048.toml
 LONG32P=benchmark/lab-kimi61-long-32k-profile.toml
 GRID_MLA=benchmark/lab-kimi61-grid-mla.toml
 C64=benchmark/lab-kimi61-c64.toml
+C64S=benchmark/lab-kimi61-c64-2k.toml
 # shellcheck disable=SC1091  # lib.sh is shellchecked on its own (test_lab_session_tp2.py)
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$OUT"
@@ -143,6 +151,17 @@ hostile_step() {  # the bundle, the 10-layer lab pair, then the hostile-request 
   SGLB_DEADLINE_S=$left OUT="$OUT" bash benchmark/lab/hostile.sh
 }
 
+jit_step() {  # the JIT caches this machine built, listed and tarred in parts for $OUT (8 files at most)
+  [ -d /tmp/jit ] || { log "no /tmp/jit on this machine"; return 3; }
+  (cd /tmp/jit && find . -type f -printf '%s %p\n' | sort -k2) > "$OUT/jit-files.txt"
+  log "$(wc -l < "$OUT/jit-files.txt") files, $(du -sh /tmp/jit | cut -f1); per cache: $(du -sh /tmp/jit/* | tr '\t\n' ': ')"
+  tar -czf /tmp/jit-cache.tar.gz -C /tmp jit
+  split -b 15M -d -a 1 /tmp/jit-cache.tar.gz "$OUT/jit-cache.tar.gz.part"
+  local parts; parts=$(find "$OUT" -name 'jit-cache.tar.gz.part*' | wc -l)
+  log "jit-cache.tar.gz: $(du -h /tmp/jit-cache.tar.gz | cut -f1) in $parts parts"
+  [ "$parts" -le 7 ] || { log "more than 7 parts: only the listing comes back"; rm -f "$OUT"/jit-cache.tar.gz.part*; }
+}
+
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
   install_bundle || return 3
   [ "$3" = B ] && gpu_checks
@@ -176,10 +195,14 @@ case "${1:-}" in
   X) arm_step "$C64" eagle3-mla X ;;
   Y) arm_step "$C64" eagle3-mla-adaptive Y ;;
   Z) arm_step "$C64" eagle3 Z ;;
+  V2) arm_step "$C64S" baseline V2 ;;
+  X2) arm_step "$C64S" eagle3-mla X2 ;;
+  Y2) arm_step "$C64S" eagle3-mla-adaptive Y2 ;;
   B2) arm_step "$LONG128P" eagle3-mla B2 ;;
   C2) arm_step "$LONG128P" eagle3 C2 ;;
   D2) arm_step "$LONG128P" baseline D2 ;;
   W) hostile_step ;;
+  JIT) jit_step ;;
   *) usage; exit 2 ;;
 esac
 rc=$?

@@ -202,15 +202,16 @@ def test_long_config_expectation_is_the_computed_one(name):
         assert f"{x}: {got['cells'][f'{x}x1']['warm']['accept_len']:.4f}" in flat, x
 
 
-def test_c64_config_checks_the_fixed_arms_accept_and_judges_the_adaptive_arm():
-    """lab-kimi61-c64.toml (issue 30): the adaptive arm is the judged one and runs sglang's own
+@pytest.mark.parametrize("name", ["lab-kimi61-c64.toml", "lab-kimi61-c64-2k.toml"])
+def test_c64_config_checks_the_fixed_arms_accept_and_judges_the_adaptive_arm(name):
+    """lab-kimi61-c64.toml and its 2k-only cut (issue 30): the adaptive arm is the judged one and runs sglang's own
     --speculative-adaptive; the fixed-step arms' accept length is expect_accept.py's over the harness's prompts,
     every cell within half the tolerance, the figures its comment states the computed ones; every cell barred at
     0.97x at least and c=32 at 2k at the peer's 1.18x."""
     from sglang_blackwell.bench.eagle3.config import load_config
     from sglang_blackwell.tomlio import tomllib
 
-    path = ROOT / "benchmark" / "lab-kimi61-c64.toml"
+    path = ROOT / "benchmark" / name
     text = path.read_text()
     raw = tomllib.loads(text)
     cfg = load_config(path)
