@@ -13,7 +13,8 @@ PYTEST_ARGS ?=
 # probe zygote with torch imported; the extra worker runs while the others wait on servers and subprocesses: on a
 # 2-core machine pytest took 610 s with 3 workers against 704 s with 2, 2026-12-07), a test file per worker at a
 # time (--dist loadfile: a file's module fixtures are computed once, as in a serial run), the longest files first
-# (test/support/worker_order.py; xdist's own reorder would put them last). PYTEST_JOBS= runs it in one process.
+# (test/support/worker_order.py, by the seconds each file took; xdist's own reorder would put the probes last).
+# PYTEST_JOBS= runs it in one process.
 PYTEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 4 ] && n=4; echo $$n)
 PYTEST_JOBS ?= -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # One thread per process for the BLAS / OpenMP pools of torch and numpy (a value of yours in the environment wins):
