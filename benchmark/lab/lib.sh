@@ -39,17 +39,19 @@ suite_runner_env() {
   export SGLB_PYTHON=$PY
 }
 
-# end_leftover_session: bench eagle3 writes the live server's session id to $SGLANG_BLACKWELL_BENCH_PIDFILE while
-# it runs; a call killed at its limit leaves the session (and its GPU memory) behind on the warm machine
+# end_leftover_session [FILE]: bench eagle3 writes the live server's session id to $SGLANG_BLACKWELL_BENCH_PIDFILE
+# while it runs (the soak writes both of its servers' to its own FILE, one a line); a call killed at its limit
+# leaves the sessions (and their GPU memory) behind on the warm machine: end each by its id, then remove FILE
 end_leftover_session() {
-  [ -s "$SGLANG_BLACKWELL_BENCH_PIDFILE" ] || return 0
-  local sid p
-  sid=$(cat "$SGLANG_BLACKWELL_BENCH_PIDFILE")
-  if [[ "$sid" =~ ^[0-9]+$ ]] && [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
-    log "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
-    for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
-  fi
-  rm -f "$SGLANG_BLACKWELL_BENCH_PIDFILE"
+  local file=${1:-$SGLANG_BLACKWELL_BENCH_PIDFILE} sid p
+  [ -s "$file" ] || { rm -f "$file"; return 0; }
+  while read -r sid; do
+    if [[ "$sid" =~ ^[0-9]+$ ]] && [ -n "$(ps -o pid= -s "$sid" 2>/dev/null)" ]; then
+      log "ending leftover server session $sid"; kill -KILL -- "-$sid" 2>/dev/null
+      for p in $(ps -o pid= -s "$sid" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; sleep 3
+    fi
+  done < "$file"
+  rm -f "$file"
 }
 
 # suite_preflight SUITE MODULE...: the checks a GPU suite's runner makes before it starts anything (run from the

@@ -1,16 +1,18 @@
-"""The server's state, before the suite (Baseline) and after each case (After): /health, the scheduler process
-(found by its title `sglang::scheduler` among the server session's processes, /proc), the reference greedy
-request's text and the KV pool's used tokens (/v1/loads, 0.5.14; /get_load before it), which are released
-asynchronously, so polled for a while. Standard library only (and the package's procs)."""
+"""A served sglang server as the GPU suites that send it requests see it (hostile/, soak/): the Target (served_target:
+its URL, key, model name, session leader), and its state before (Baseline) and after (After) what they send:
+/health, the scheduler process (found by its title `sglang::scheduler` among the server session's processes,
+/proc), the reference greedy request's text and the KV pool's used tokens (/v1/loads, 0.5.14; /get_load before
+it), which are released asynchronously, so polled for a while. Standard library only (and the package's procs)."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hostile_http as http
+import server_http as http
 
 from sglang_blackwell import procs
 
@@ -30,6 +32,30 @@ class Target:
     context_len: int
     truth: Any = None  # lab_truth.GroundTruth, or None where there is none (the CPU tests)
     out: Path = field(default_factory=lambda: Path("/tmp"))
+
+
+def get_text(url: str, path: str, key: str) -> str | None:
+    """GET url+path with the key: the body's text on a 200, else None."""
+    r = http.get(url, path, key=key)
+    return r.body.decode(errors="replace") if r.status == 200 else None
+
+
+def served_target(url: str, key: str, pid: int, model_dir: Path, context_len: int, *, truth: Any = None,
+                  out: Path = Path("/tmp")) -> Target:
+    """The Target of a server that answers /health: the model name /v1/models lists, the vocabulary of the model
+    directory it serves."""
+    models = json.loads(get_text(url, "/v1/models", key) or "{}").get("data") or [{}]
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    return Target(url=url, key=key, model=models[0].get("id", "default"), pid=pid, vocab_size=vocab,
+                  context_len=context_len, truth=truth, out=out)
+
+
+def server_info(t: Target) -> dict[str, Any]:
+    """/server_info, {} where it does not answer JSON."""
+    try:
+        return json.loads(get_text(t.url, "/server_info", t.key) or "{}")
+    except ValueError:
+        return {}
 
 
 def _cmdline(pid: int) -> str:

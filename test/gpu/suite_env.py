@@ -20,11 +20,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -46,8 +47,15 @@ USER_FLAGS = ["--attention-backend", "triton", "--cuda-graph-backend-prefill", "
 # The EAGLE-3 launch also lowers --mem-fraction-static: at sglang 0.5.14's default the draft's KV pool does not fit
 # next to the target's on one GPU (the lab, 2026-12-01: 18.3 GiB asked, 4.4 GiB free; the server dies at start:
 # benchmark/results/lab-userpath-2026-12-01-default-mem-fraction-oom.json). A user on one GPU has to do the same.
-EAGLE3_FLAGS = ["--mem-fraction-static", "0.7", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
-                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]  # + draft path
+SPECULATIVE_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2", "--speculative-eagle-topk",
+                     "1", "--speculative-num-draft-tokens", "3"]  # + draft path
+EAGLE3_FLAGS = ["--mem-fraction-static", "0.7", *SPECULATIVE_FLAGS]
+
+
+def with_value(flags: list[str], flag: str, value: str) -> list[str]:
+    """flags with `flag`'s value replaced (the flag must be there)."""
+    i = flags.index(flag)
+    return [*flags[:i + 1], value, *flags[i + 2:]]
 
 
 def deadline_from_env(default_s: str = "480") -> float:
@@ -111,6 +119,34 @@ class SuiteConfig:
 
     def progress(self) -> Progress:
         return Progress(self.out / "progress.log")
+
+
+@dataclass(frozen=True)
+class ExposedServerConfig(SuiteConfig):
+    """A suite whose servers a user exposes (hostile/, soak/): TP=1, reachable beyond loopback (--host 0.0.0.0) with
+    --api-key and no --admin-api-key (`serve` then closes the admin endpoints: P12), started as the README tells
+    users. A subclass names its flags after the user's (SERVER_FLAGS), and may change the user's (USER) or the
+    speculative arm's (SPECULATIVE)."""
+
+    api_key: str = field(default_factory=lambda: secrets.token_hex(16))
+    SERVER_FLAGS: ClassVar[list[str]] = []
+    USER: ClassVar[list[str]] = USER_FLAGS
+    SPECULATIVE: ClassVar[list[str]] = EAGLE3_FLAGS
+
+    def sglang_args(self, port: int, speculative: bool) -> list[str]:
+        args = ["--model-path", str(self.target), "--host", "0.0.0.0", "--port", str(port), "--api-key",
+                self.api_key, *self.USER, *self.SERVER_FLAGS]
+        if speculative:
+            args += [*self.SPECULATIVE, "--speculative-draft-model-path", str(self.draft)]
+        return args
+
+    def serve_command(self, port: int, speculative: bool) -> list[str]:
+        """As the README tells users: `sglang-blackwell serve -- <sglang args>` (TP=1: no --tp)."""
+        return [self.python, "-m", "sglang_blackwell.cli", "serve", "--", *self.sglang_args(port, speculative)]
+
+    def masked(self, cmd: list[str]) -> list[str]:
+        """cmd with the API key masked (it goes into the facts and the receipt)."""
+        return ["<api-key>" if a == self.api_key else a for a in cmd]
 
 
 class Deadline:

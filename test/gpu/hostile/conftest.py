@@ -6,7 +6,7 @@ the tokenizer), reachable beyond loopback (--host 0.0.0.0) with --api-key and no
 and small request limits (hostile_env.py): the baseline arm (test_1_hostile_baseline.py), then the EAGLE-3 arm
 (test_2_hostile_eagle3.py), one after the other (module scope: each server is taken down, and the GPU checked
 free, before the next starts). Every case of hostile_receipt.CASES runs against each (hostile_cases.py), is judged
-with the server's state after it (hostile_verdict.py, hostile_checks.py) and goes to $SGLB_OUT/facts.json as soon
+with the server's state after it (hostile_verdict.py, ../server_checks.py) and goes to $SGLB_OUT/facts.json as soon
 as it is known. A server that died is started again for the cases after it while SGLB_DEADLINE_S allows; what does
 not fit is recorded as not-run with the reason. SIGTERM/SIGHUP unwind like Ctrl-C, so a running server is always
 taken down.

@@ -7,13 +7,11 @@ SGLB_DEADLINE_S is recorded as not-run with the reason, then skipped."""
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hostile_checks import Baseline, Target, check_after
 from hostile_env import (
     ARM_MIN_S,
     ARM_SPECULATIVE,
@@ -29,6 +27,7 @@ from hostile_env import (
     suite_env,
 )
 from hostile_verdict import Finding, case_verdict, first_status_and_message
+from server_checks import Baseline, Target, check_after, served_target, server_info
 
 SERVER_KEYS = ("version", "tp_size", "host", "speculative_algorithm", "speculative_num_draft_tokens",
                "attention_backend", "context_length", "max_running_requests", "max_queued_requests",
@@ -91,7 +90,7 @@ class Arm:
         self._stack = stack
         start["startup_s"] = round(server.startup_s or 0.0, 1)
         self.target = self._target(server)
-        info = _server_info(self.target)
+        info = server_info(self.target)
         start["server"] = {k: info.get(k) for k in SERVER_KEYS}
         base = Baseline.take(self.target, REFERENCE_PROMPT, REFERENCE_TOKENS)
         if base.reference is None:
@@ -109,10 +108,8 @@ class Arm:
 
     def _target(self, server: Any) -> Target:
         cfg = self.env.cfg
-        models = json.loads(_get(server.url, "/v1/models", cfg.api_key) or "{}").get("data") or [{}]
-        vocab = json.loads((cfg.target / "config.json").read_text())["vocab_size"]
-        return Target(url=server.url, key=cfg.api_key, model=models[0].get("id", "default"), pid=server.pid,
-                      vocab_size=vocab, context_len=CONTEXT_LEN, truth=self.env.truth, out=cfg.out)
+        return served_target(server.url, cfg.api_key, server.pid, cfg.target, CONTEXT_LEN, truth=self.env.truth,
+                             out=cfg.out)
 
     def _reference_facts(self, base: Baseline) -> dict[str, Any]:
         truth = self.env.truth
@@ -135,20 +132,6 @@ class Arm:
             starts[-1]["teardown_error"] = str(e)[:1000]  # error is recorded, never hidden
         starts[-1]["stopped"] = why
         self.env.facts.save()
-
-
-def _get(url: str, path: str, key: str) -> str | None:
-    import hostile_http as http
-
-    r = http.get(url, path, key=key)
-    return r.body.decode(errors="replace") if r.status == 200 else None
-
-
-def _server_info(t: Target) -> dict[str, Any]:
-    try:
-        return json.loads(_get(t.url, "/server_info", t.key) or "{}")
-    except ValueError:
-        return {}
 
 
 def _not_run(arm: Arm, case: str, why: str) -> None:

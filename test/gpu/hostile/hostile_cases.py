@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hostile_http as http
-from hostile_checks import Target
+import server_http as http
 from hostile_verdict import BUSY, Accept, Finding, admin_finding, judge_reply
+from server_checks import Target
 
 from sglang_blackwell.qualify.hostile_receipt import CASES
 

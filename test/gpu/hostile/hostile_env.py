@@ -12,9 +12,8 @@ time budget, its facts file. Imports nothing heavy: CPU CI collects this directo
 
 from __future__ import annotations
 
-import secrets
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,28 +46,13 @@ REFERENCE_TOKENS = 32
 
 
 @dataclass(frozen=True)
-class Config(suite_env.SuiteConfig):
+class Config(suite_env.ExposedServerConfig):
     DEFAULT_OUT = "/tmp/sglb-hostile"
-    api_key: str = field(default_factory=lambda: secrets.token_hex(16))
+    SERVER_FLAGS = HOSTILE_FLAGS
 
     @classmethod
     def from_env(cls) -> Config:
         return cls(**cls.common_from_env(suite_env.deadline_from_env("300")))
-
-    def sglang_args(self, port: int, speculative: bool) -> list[str]:
-        args = ["--model-path", str(self.target), "--host", "0.0.0.0", "--port", str(port), "--api-key",
-                self.api_key, *suite_env.USER_FLAGS, *HOSTILE_FLAGS]
-        if speculative:
-            args += [*suite_env.EAGLE3_FLAGS, "--speculative-draft-model-path", str(self.draft)]
-        return args
-
-    def serve_command(self, port: int, speculative: bool) -> list[str]:
-        """As the README tells users: `sglang-blackwell serve -- <sglang args>` (TP=1: no --tp)."""
-        return [self.python, "-m", "sglang_blackwell.cli", "serve", "--", *self.sglang_args(port, speculative)]
-
-    def masked(self, cmd: list[str]) -> list[str]:
-        """cmd with the API key masked (it goes into the facts and the receipt)."""
-        return ["<api-key>" if a == self.api_key else a for a in cmd]
 
 
 class Facts(suite_env.FactsFile):

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hostile_checks import After
-    from hostile_http import Reply
+    from server_checks import After
+    from server_http import Reply
 
 # why a 2xx answer is not correct (None: it is)
 Accept = Callable[[Any], "str | None"]

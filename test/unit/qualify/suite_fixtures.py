@@ -1,10 +1,12 @@
-"""What the qualify tests of the TP=1 GPU suites (test/gpu/hostile, test/gpu/userpath) share; no tests here.
+"""What the qualify tests of the TP=1 GPU suites (test/gpu/hostile, test/gpu/userpath, test/gpu/soak) share; no
+tests here.
 
-The GPU lab the runner tests (test_hostile_runner, test_userpath_runner) run benchmark/lab/*.sh on: a stand-in
-`nvidia-smi` (one idle H200), a stand-in `sglang` package whose launch_server is a fake server, the lab pair's
-generator and the runner's environment. The admin routes as sglang's http_server.py declares them
-(test_hostile_runner's stand-in serves them, test_hostile_verdict reads them). The receipt CLIs called as the
-runners call them, with what they read of this machine stubbed (test_hostile_receipt, test_userpath_receipt).
+The GPU lab the runner tests (test_hostile_runner, test_userpath_runner, test_soak_runner) run benchmark/lab/*.sh
+on: a stand-in `nvidia-smi` (one idle H200), a stand-in `sglang` package whose launch_server is a fake server, the
+lab pair's generator and the runner's environment; shellcheck on a runner. The admin routes as sglang's
+http_server.py declares them (test_hostile_runner's stand-in serves them, test_hostile_verdict reads them). The
+receipt CLIs called as the runners call them, with what they read of this machine stubbed (test_hostile_receipt,
+test_userpath_receipt, test_soak_receipt).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -120,3 +123,19 @@ def cut_short(main: Callable[[list[str]], int], tmp_path: Path, kind: str) -> tu
     exit code, and the `kind` receipt it wrote all the same (into tmp_path/cut)."""
     rc, path = receipt_cli(main, tmp_path / "none.xml", tmp_path / "none.json", tmp_path / "cut", kind, "124")
     return rc, json.loads(path.read_text())
+
+
+def assert_shellcheck_clean(script: Path) -> None:
+    """shellcheck --severity=style on a lab runner and the lib.sh beside it; a skip where shellcheck cannot be had
+    (the tests that call this are marked `network`: it comes from PyPI)."""
+    if str(ROOT / "test") not in sys.path:
+        sys.path.insert(0, str(ROOT / "test"))
+    from support.tools import SHELLCHECK, ToolUnavailable, pip_tool
+
+    try:
+        exe = pip_tool(*SHELLCHECK)
+    except ToolUnavailable as e:
+        pytest.skip(str(e))
+    r = subprocess.run([str(exe), "--severity=style", str(script), str(script.parent / "lib.sh")],
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout + r.stderr) == (0, "")

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .suite_fixtures import ADMIN_ROUTES, lab_pair_generator, runner_env, stand_in_sglang
+from .suite_fixtures import ADMIN_ROUTES, ROOT, assert_shellcheck_clean, lab_pair_generator, runner_env, stand_in_sglang
 
-TEST_ROOT = Path(__file__).resolve().parents[2]
-if str(TEST_ROOT) not in sys.path:
-    sys.path.insert(0, str(TEST_ROOT))
-
-from support.tools import SHELLCHECK, ToolUnavailable, pip_tool  # noqa: E402
-
-ROOT = TEST_ROOT.parent
 SCRIPT = ROOT / "benchmark" / "lab" / "hostile.sh"
 FAKE_SERVER = ROOT / "test" / "support" / "fake_hostile_server.py"
 # the admin endpoints of the stand-in sglang (the suite reads them from its http_server.py, as from the real one's)
@@ -143,10 +135,4 @@ def test_the_call_end_to_end_clean_then_with_defects(lab, pair):
 
 @pytest.mark.network
 def test_the_runner_is_shellcheck_clean():
-    try:
-        exe = pip_tool(*SHELLCHECK)
-    except ToolUnavailable as e:
-        pytest.skip(str(e))
-    r = subprocess.run([str(exe), "--severity=style", str(SCRIPT), str(SCRIPT.parent / "lib.sh")],
-                       capture_output=True, text=True, timeout=120)
-    assert (r.returncode, r.stdout + r.stderr) == (0, "")
+    assert_shellcheck_clean(SCRIPT)

@@ -1,9 +1,9 @@
-"""The hostile suite's judging (test/gpu/hostile: hostile_http, hostile_verdict, hostile_checks, hostile_cases) on
-a CPU machine, against a real HTTP server run in-process (http.server on a thread) that answers as told: a 400
-with a message, a 400 without one, a 500, a hang, a dropped connection, a 200; a KV pool that stays used; a
-reference text that changes; and a real server session (a process titled `sglang::scheduler` in a session of its
-own) whose scheduler dies. Every verdict path is taken: clean, wrong, leak, server-died; and every case of the
-suite runs against the server once."""
+"""The hostile suite's judging (test/gpu/hostile: hostile_verdict, hostile_cases, and test/gpu's server_http and
+server_checks, which it shares with the soak) on a CPU machine, against a real HTTP server run in-process
+(http.server on a thread) that answers as told: a 400 with a message, a 400 without one, a 500, a hang, a dropped
+connection, a 200; a KV pool that stays used; a reference text that changes; and a real server session (a process
+titled `sglang::scheduler` in a session of its own) whose scheduler dies. Every verdict path is taken: clean, wrong,
+leak, server-died; and every case of the suite runs against the server once."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ import pytest
 
 from .suite_fixtures import ADMIN_ROUTES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu" / "hostile"))
+GPU_TESTS = Path(__file__).resolve().parents[2] / "gpu"
+sys.path[:0] = [str(GPU_TESTS / "hostile"), str(GPU_TESTS)]  # the suite, and the modules it shares (server_*.py)
 import hostile_cases  # noqa: E402
-import hostile_checks  # noqa: E402
-import hostile_http  # noqa: E402
 import hostile_verdict  # noqa: E402
+import server_checks  # noqa: E402
+import server_http  # noqa: E402
 
 REFERENCE = "The capital of France is"
 KEY = "k3y"
@@ -142,7 +143,7 @@ def session() -> Iterator[subprocess.Popen]:
                          start_new_session=True)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        ident = hostile_checks.scheduler_identity(p.pid)
+        ident = server_checks.scheduler_identity(p.pid)
         if ident and ident[0] != p.pid:
             break
         time.sleep(0.05)
@@ -153,13 +154,13 @@ def session() -> Iterator[subprocess.Popen]:
         p.wait(timeout=10)
 
 
-def target(url: str, pid: int, tmp_path: Path) -> hostile_checks.Target:
-    return hostile_checks.Target(url=url, key=KEY, model="m", pid=pid, vocab_size=32000, context_len=2048,
+def target(url: str, pid: int, tmp_path: Path) -> server_checks.Target:
+    return server_checks.Target(url=url, key=KEY, model="m", pid=pid, vocab_size=32000, context_len=2048,
                                  out=tmp_path)
 
 
-def reply(url: str, timeout: float = 2.0) -> hostile_http.Reply:
-    return hostile_http.post_json(url, "/generate", {"input_ids": [1, 2, 40007]}, key=KEY, timeout=timeout)
+def reply(url: str, timeout: float = 2.0) -> server_http.Reply:
+    return server_http.post_json(url, "/generate", {"input_ids": [1, 2, 40007]}, key=KEY, timeout=timeout)
 
 
 def test_each_answer_is_judged_by_what_came_back(server):
@@ -195,7 +196,7 @@ def test_each_answer_is_judged_by_what_came_back(server):
 def test_a_client_cut_hangs_up_mid_stream_and_before_the_answer(server):
     url, st = server
     st.mode = "stream"
-    r = hostile_http.open_and_cut(url, "/v1/completions", {"stream": True}, key=KEY, read_bytes=120,
+    r = server_http.open_and_cut(url, "/v1/completions", {"stream": True}, key=KEY, read_bytes=120,
                                   cut_after_s=5.0)
     assert r.status == 200 and len(r.body) >= 120 and b"data: " in r.body and r.error is None
     deadline = time.monotonic() + 5
@@ -204,23 +205,23 @@ def test_a_client_cut_hangs_up_mid_stream_and_before_the_answer(server):
     assert st.hung_up == 1  # the server saw the hang-up while it still had events to send
     st.mode = "hang"
     t0 = time.monotonic()
-    r = hostile_http.open_and_cut(url, "/generate", {}, key=KEY, read_bytes=0, cut_after_s=0.2)
+    r = server_http.open_and_cut(url, "/generate", {}, key=KEY, read_bytes=0, cut_after_s=0.2)
     assert r.status is None and time.monotonic() - t0 < 2.0  # cut before any answer came
 
 
 def test_a_refused_connection_is_no_answer():
-    r = hostile_http.get("http://127.0.0.1:9", "/health", timeout=2.0)
+    r = server_http.get("http://127.0.0.1:9", "/health", timeout=2.0)
     assert r.status is None and r.error == "connection refused"
 
 
-def _after(url: str, pid: int, tmp_path: Path, base: hostile_checks.Baseline) -> hostile_checks.After:
-    return hostile_checks.check_after(target(url, pid, tmp_path), base, REFERENCE, 32, kv_wait_s=1.0)
+def _after(url: str, pid: int, tmp_path: Path, base: server_checks.Baseline) -> server_checks.After:
+    return server_checks.check_after(target(url, pid, tmp_path), base, REFERENCE, 32, kv_wait_s=1.0)
 
 
 def test_case_verdicts_clean_wrong_leak_and_server_died(server, session, tmp_path):
     url, st = server
     t = target(url, session.pid, tmp_path)
-    base = hostile_checks.Baseline.take(t, REFERENCE, 32)
+    base = server_checks.Baseline.take(t, REFERENCE, 32)
     assert base.reference == " Paris" and base.kv_used == 0 and base.scheduler[0] != session.pid
     ok = [hostile_verdict.Finding(True, "400: out of vocabulary", 400, "out of vocabulary")]
     bad = [hostile_verdict.Finding(False, "500: Internal Server Error", 500, "Internal Server Error")]
@@ -255,7 +256,7 @@ def test_case_verdicts_clean_wrong_leak_and_server_died(server, session, tmp_pat
 def test_a_server_whose_process_is_gone_died(tmp_path):
     p = subprocess.Popen(["true"])
     p.wait()
-    base = hostile_checks.Baseline(scheduler=(p.pid, None), reference=" Paris", kv_used=0)
+    base = server_checks.Baseline(scheduler=(p.pid, None), reference=" Paris", kv_used=0)
     after = _after("http://127.0.0.1:9", p.pid, tmp_path, base)
     assert hostile_verdict.case_verdict([], after) == ("server-died", "the server process is gone; /health: not "
                                                                      "asked: the server process is gone")
