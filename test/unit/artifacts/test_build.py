@@ -132,7 +132,7 @@ def test_default_base_wheels_carry_the_series(tmp_path, monkeypatch):
         assert "layers/attention/triton_ops/verify_shared_kv.py" in " ".join(z.namelist())  # P8's kernel
     m = json.loads(manifest.read_text())
     carried = {p["logical_id"] for pkg in m["packages"] for p in pkg["patches"]}
-    assert carried == {f"P{i}" for i in range(1, 14)} - {"P3"}  # P3 is upstream's own in 0.5.14
+    assert carried == {f"P{i}" for i in range(1, 15)} - {"P3"}  # P3 is upstream's own in 0.5.14
 
 
 @pytest.mark.network
@@ -157,4 +157,4 @@ def test_older_base_wheels_carry_the_series_and_the_cuda13_requirements(tmp_path
     assert "Requires-Dist: cuda-python~=13.0" in meta and "cuda-python==12.9" not in meta
     m = json.loads(manifest.read_text())
     carried = {p["logical_id"] for pkg in m["packages"] for p in pkg["patches"]}
-    assert carried == {*(f"P{i}" for i in range(1, 8)), "P10", "P12"}
+    assert carried == {*(f"P{i}" for i in range(1, 8)), "P10", "P12", "P14"}

@@ -44,7 +44,7 @@ def test_rows_say_carried_or_absorbed_since(monkeypatch):
     assert set(by_id["P12"].cells) == {"0.5.9", "0.5.14", "0.5.23"}
     assert by_id["P13"].cells == {"0.5.14": "`0011-triton-gqa-decode-splits-by-context`",
                                   "0.5.23": "`0010-triton-gqa-decode-splits-by-context`"}
-    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 14)]
+    assert [r.logical_id for r in rows(list_bases())] == [f"P{i}" for i in range(1, 15)]
 
 
 def test_update_block_rewrites_only_the_block(tmp_path, tiny_base, capsys):
