@@ -50,12 +50,16 @@
 #   D2 (nothing)      its baseline arm
 #   W  carry .whl/c2  (after A) install the bundle, generate the 10-layer lab pair with its tokenizer (/tmp/lab),
 #                     then the hostile-request suite on both arms (benchmark/lab/hostile.sh, SGLB_DEADLINE_S 400)
+#   SO carry .whl/c2  (after A) the soak detached (benchmark/lab/soak.sh start: baseline and EAGLE-3 servers at once,
+#                     the 10-layer pair), its status after 480 s; SO2 (nothing, the same warm machine): collect it
+#                     (soak.sh wait 540); SOF carry .whl/c2: the soak in one call (SGLB_SOAK_S=420 soak.sh run) where
+#                     a detached soak does not outlive its call (issue 31 item 4)
 #   JIT (nothing)     after the arms: the JIT caches this machine built (/tmp/jit: Triton, FlashInfer, TVM-FFI), a
 #                     listing with sizes and a tar.gz in parts of 15 MiB (at most 7) for issue 31's cold start (a
 #                     cache the bundle carries to a fresh machine)
 #   B-Z install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh JIT|A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
+#   bash benchmark/lab/session_long.sh SO|SO2|SOF|JIT|A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -139,13 +143,16 @@ decode_bench() {  # the drafts' Triton decode alone, per cap on its KV splits (u
     | tee "$OUT/kernel-bench.log" | tail -40
 }
 
+lab_pair() {  # the 10-layer lab pair with its tokenizer in /tmp/lab, once per machine
+  [ -f /tmp/lab/target/tokenizer.json ] && return 0
+  log "generating /tmp/lab (lab preset, the constructed draft, its tokenizer)"
+  timeout 200 python3 benchmark/models/gen_lab_pair.py --out /tmp/lab --device cuda > "$OUT/gen-lab.json" \
+    2> "$OUT/gen-lab.err" || { log "gen: failed"; tail -5 "$OUT/gen-lab.err"; return 3; }
+}
+
 hostile_step() {  # the bundle, the 10-layer lab pair, then the hostile-request suite in what the call has left
   install_bundle || return 3
-  if [ ! -f /tmp/lab/target/tokenizer.json ]; then
-    log "generating /tmp/lab (lab preset, the constructed draft, its tokenizer)"
-    timeout 200 python3 benchmark/models/gen_lab_pair.py --out /tmp/lab --device cuda > "$OUT/gen-lab.json" \
-      2> "$OUT/gen-lab.err" || { log "gen: failed"; tail -5 "$OUT/gen-lab.err"; return 3; }
-  fi
+  lab_pair || return 3
   local left=$(( ${HOSTILE_END_S:-495} - ($(date +%s) - T0) ))
   log "hostile suite, deadline ${left} s"
   SGLB_DEADLINE_S=$left OUT="$OUT" bash benchmark/lab/hostile.sh
@@ -160,6 +167,17 @@ jit_step() {  # the JIT caches this machine built, listed and tarred in parts fo
   local parts; parts=$(find "$OUT" -name 'jit-cache.tar.gz.part*' | wc -l)
   log "jit-cache.tar.gz: $(du -h /tmp/jit-cache.tar.gz | cut -f1) in $parts parts"
   [ "$parts" -le 7 ] || { log "more than 7 parts: only the listing comes back"; rm -f "$OUT"/jit-cache.tar.gz.part*; }
+}
+
+soak_step() {  # soak_step start|wait|run: the bundle, the 10-layer lab pair, then the soak (benchmark/lab/soak.sh)
+  install_bundle || return 3
+  lab_pair || return 3
+  case "$1" in
+    start) OUT="$OUT" bash benchmark/lab/soak.sh start || return $?
+           sleep 480; OUT="$OUT" bash benchmark/lab/soak.sh status ;;  # exit 4: still running (as it should be)
+    wait) OUT="$OUT" bash benchmark/lab/soak.sh wait 540 ;;
+    run) SGLB_SOAK_S=420 OUT="$OUT" bash benchmark/lab/soak.sh run ;;
+  esac
 }
 
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
@@ -202,6 +220,9 @@ case "${1:-}" in
   C2) arm_step "$LONG128P" eagle3 C2 ;;
   D2) arm_step "$LONG128P" baseline D2 ;;
   W) hostile_step ;;
+  SO) soak_step start ;;
+  SO2) soak_step wait ;;
+  SOF) soak_step run ;;
   JIT) jit_step ;;
   *) usage; exit 2 ;;
 esac
