@@ -91,6 +91,17 @@ def test_carry_check_names_what_would_not_work(tmp_path, repo, case, why):
     assert r.returncode == 1 and why in r.stdout, r.stdout
 
 
+def test_carry_check_keeps_a_reserve_the_device_tool_counts_beyond_the_bytes(tmp_path, repo):
+    """2026-12-08: the device tool refused 63.91 MiB by this count; a chunk must leave --reserve-mib (1) free."""
+    chunks = fake_bundle(tmp_path / "b", {"c1": 59 * MIB + MIB // 2, "c2": MIB}, jit=False)  # + 4 MiB tree: 63.5
+    r = carry_check(repo, *map(str, chunks))
+    assert r.returncode == 1 and "less the 1.00 MiB reserve" in r.stdout, r.stdout
+    r = carry_check(repo, "--reserve-mib", "0.25", *map(str, chunks))
+    assert r.returncode == 0, r.stdout
+    r = carry_check(repo, "--reserve-mib", "64", *map(str, chunks))
+    assert r.returncode == 2 and "--reserve-mib 64.0" in r.stderr
+
+
 def test_carry_check_refuses_chunks_of_two_bundles_and_bad_input(tmp_path, repo):
     a = fake_bundle(tmp_path / "a", {"c1": 10, "c2": 10}, jit=False)
     b = fake_bundle(tmp_path / "b", {"c1": 10, "c2": 10}, bundle_id="cd" * 32, jit=False)
