@@ -27,7 +27,9 @@ Triton, as SGLang's eager EAGLE kernels meet it (bs_upper = next_power_of_2(bs) 
 FAKE_TRITON_COMPILE_MS, the first time the running batch reaches a new power-of-two bucket the request that got
 there "compiles" FAKE_TRITON_KERNEL (default assign_extend_cache_locs): it sleeps that long and writes a cache entry
 (<dir>/<hash>/<name>.json, __grp__<name>.json, <name>.cubin) into the Triton cache dir of its environment
-(TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache, else ~/.triton/cache).
+(TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache, else ~/.triton/cache). FAKE_STARTUP_COMPILES=n: before it
+reports healthy the server "compiles" n kernels of its start (startup_kernel_0.., as a CUDA-graph capture and the
+warm-up do), each an entry of that cache unless the cache holds it already (a carried or earlier server's cache).
 Outputs: every request's output ids follow from its prompt's length and position alone (the same on both arms:
 greedy speculation is lossless); FAKE_WRONG_FROM=k makes every output token from position k on one id off (a
 wrong kernel past some length). FAKE_PROMPT_LOG=<file>: one line per request, "<path> <prompt tokens> <sha256
@@ -279,5 +281,18 @@ class Handler(OpenAIRoutes):
         self.wfile.flush()
 
 
+def startup_compiles(n):
+    """The kernels a server compiles while it starts (FAKE_STARTUP_COMPILES): one cache entry each, unless cached."""
+    for i in range(n):
+        name = f"startup_kernel_{i}"
+        entry = triton_cache_dir() / f"{zlib.crc32(name.encode()):08x}-start"
+        if entry.is_dir():
+            continue
+        entry.mkdir(parents=True, exist_ok=True)
+        (entry / f"{name}.json").write_text(json.dumps({"name": name}))
+        (entry / f"__grp__{name}.json").write_text(json.dumps({"child_paths": {f"{name}.json": str(entry)}}))
+
+
+startup_compiles(int(env("FAKE_STARTUP_COMPILES", "0")))
 ThreadingHTTPServer.daemon_threads = True
 ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()

@@ -84,13 +84,18 @@ def run_arm(cfg: BenchConfig, arm: ArmSpec, repeat: int, stem: Path, *, url: str
         cmd = server_command(cfg, arm, port)
         progress(f"  launching: {' '.join(cmd)}")
         server = Server(url=url, log_path=log)
+        triton_dir = triton_cache.cache_dir(server_env(cfg, arm))
+        before = triton_cache.snapshot(triton_dir)
         try:
             with launched_server(server, cmd, server_env(cfg, arm), progress=progress,
                                  startup_timeout_s=cfg.server.startup_timeout_s,
                                  grace_s=cfg.server.teardown_grace_s,
                                  own_listener=preflight.runs_the_server(cfg.server.launcher)):
                 rec["startup_s"] = round(server.startup_s or 0.0, 2)
-                progress(f"  healthy after {rec['startup_s']:.1f} s")
+                # what the start compiled (graph capture, the warm-up): 0 when the cache it found held it all
+                rec["startup_triton_compiles"] = triton_cache.compiled(triton_dir, before)
+                progress(f"  healthy after {rec['startup_s']:.1f} s, "
+                         f"{triton_cache.summary_line(rec['startup_triton_compiles'])} while starting")
                 measure(cfg, arm, server, rec, progress)
         finally:
             if server.teardown:

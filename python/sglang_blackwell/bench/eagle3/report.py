@@ -67,6 +67,9 @@ def report_text(receipt: dict[str, Any]) -> str:
     if summary_keys.GRID in s:
         lines += grid_verdict.report_lines(receipt)
         lines += [left_out_line(x) for x in receipt["workload"].get("left_out") or []]
+    starts = startup_line(receipt.get("runs") or [])
+    if starts:
+        lines.append(starts)
     f = v.get("fusion")
     if f:
         lines.append(f"fusion {f['on']} vs {f['off']} at c={f['concurrency']}: "
@@ -89,3 +92,15 @@ def report_text(receipt: dict[str, Any]) -> str:
         lines.append(f"reason: {r}")
     lines.append("VERDICT: " + ("PASS" if v["passed"] else "FAIL") + f"  ({v['rule']})")
     return "\n".join(lines)
+
+
+def startup_line(runs: list[dict[str, Any]]) -> str:
+    """`startup (time to healthy, Triton compiles while starting): baseline r1 65.6 s (12), ...` over the launched
+    runs in order; the compiles are '-' for runs recorded before they were counted or whose cache was unreadable."""
+    parts = []
+    for r in runs:
+        if r.get("startup_s") is None:
+            continue
+        n = (r.get("startup_triton_compiles") or {}).get("new_entries")
+        parts.append(f"{r['arm']} r{r.get('repeat')} {r['startup_s']:.1f} s ({'-' if n is None else n})")
+    return "startup (time to healthy, Triton compiles while starting): " + ", ".join(parts) if parts else ""
