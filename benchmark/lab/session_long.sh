@@ -57,9 +57,12 @@
 #   JIT (nothing)     after the arms: the JIT caches this machine built (/tmp/jit: Triton, FlashInfer, TVM-FFI), a
 #                     listing with sizes and a tar.gz in parts of 15 MiB (at most 7) for issue 31's cold start (a
 #                     cache the bundle carries to a fresh machine)
+#   JR carry .jit     on a fresh machine, before its first arm: the JIT caches an earlier machine's JIT step returned
+#                     (here: cat the parts into .jit/), restored into /tmp/jit, so that the arm after it shows what a
+#                     carried cache saves (time to healthy, startup_triton_compiles)
 #   B-Z install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh SO|SO2|SOF|JIT|A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
+#   bash benchmark/lab/session_long.sh SO|SO2|SOF|JIT|JR|A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -180,6 +183,14 @@ soak_step() {  # soak_step start|wait|run: the bundle, the 10-layer lab pair, th
   esac
 }
 
+jit_restore_step() {  # the carried JIT caches (.jit/jit-cache.tar.gz.part*, the JIT step's) into /tmp/jit
+  compgen -G ".jit/jit-cache.tar.gz.part*" > /dev/null || { log "no .jit/jit-cache.tar.gz.part* carried"; return 3; }
+  [ -d /tmp/jit ] && log "replacing /tmp/jit ($(du -sh /tmp/jit | cut -f1))" && rm -rf /tmp/jit
+  cat .jit/jit-cache.tar.gz.part* | tar -xz -C /tmp || { log "the carried parts do not untar"; return 3; }
+  log "restored /tmp/jit: $(find /tmp/jit -type f | wc -l) files, $(du -sh /tmp/jit | cut -f1); Triton entries:" \
+      "$(find /tmp/jit/triton -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)"
+}
+
 arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within the call's ~9.5 minutes
   install_bundle || return 3
   [ "$3" = B ] && gpu_checks
@@ -224,6 +235,7 @@ case "${1:-}" in
   SO2) soak_step wait ;;
   SOF) soak_step run ;;
   JIT) jit_step ;;
+  JR) jit_restore_step ;;
   *) usage; exit 2 ;;
 esac
 rc=$?
