@@ -7,6 +7,7 @@
 #
 #   A  carry .whl/c1  stage chunk 1; generate the 61-layer pair with the GQA and MLA drafts that miss by design
 #                     (/tmp/lab61); DRAFT_ATTENTION=1 also checks the drafts' attention at 128k
+#   A3 carry .whl/c3  (a bundle of three chunks, after A) stage chunk 3
 #   B  carry .whl/c2  install the bundle into /tmp/site; the 128k config's eagle3-mla arm (the MLA draft)
 #                     (GPU_CHECKS=1 first runs P8 and P11 on the GPU, errors against their bounds to gpu-record.jsonl)
 #   C  (nothing)      the 128k config's eagle3 arm (the GQA draft)
@@ -62,7 +63,7 @@
 #                     carried cache saves (time to healthy, startup_triton_compiles)
 #   B-Z install the bundle when /tmp/site has none (a machine that went cold: carry .whl/c2 then, after A).
 #
-#   bash benchmark/lab/session_long.sh SO|SO2|SOF|JIT|JR|A|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
+#   bash benchmark/lab/session_long.sh SO|SO2|SOF|JIT|JR|A|A3|B|C|D|E|F|G|H|I|J|K|L|M|N|P|Q|R|S|T|U|V|W|X|Y|Z|V2|X2|Y2|B2|C2|D2
 #
 # The machine must stay warm between the steps (~30 s): /tmp/bundle, /tmp/site, /tmp/lab61 and /tmp/jit live on it.
 # Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -201,6 +202,7 @@ arm_step() {  # arm_step CONFIG ARM TAG: install if needed, then the arm within 
 
 case "${1:-}" in
   A) stepA ;;
+  A3) bash .whl/c3/install.sh --stage /tmp/bundle --stage-only 2>&1 | tail -3 ;;
   B) arm_step "$LONG128" eagle3-mla B ;;
   C) arm_step "$LONG128" eagle3 C ;;
   D) ARM_END_S=480 arm_step "$LONG128" baseline D; rc=$?; kernel_bench; (exit $rc) ;;
