@@ -70,13 +70,10 @@ $(BIN)/sglang-blackwell: pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-# --no-compile: pip writes no .pyc for the test stack's ~13,000 .py files (torch, transformers' models, ...); Python
-# writes them for the modules the tests import, when they first import them. On 2 cores, cold: the three installs
-# (measured in one pip call) took 108 s with bytecode and 81 s without (2026-12-08).
 $(VENV)/.test-deps: $(BIN)/sglang-blackwell test/requirements-upstream.txt test/constraints.txt
-	$(BIN)/pip install -q --no-compile $(TORCH_CPU_SOURCE) -c test/constraints.txt torch
-	$(BIN)/pip install -q --no-compile -e '.[test,gpu,plot]' -c test/constraints.txt
-	$(BIN)/pip install -q --no-compile -r test/requirements-upstream.txt -c test/constraints.txt
+	$(BIN)/pip install -q $(TORCH_CPU_SOURCE) -c test/constraints.txt torch
+	$(BIN)/pip install -q -e '.[test,gpu,plot]' -c test/constraints.txt
+	$(BIN)/pip install -q -r test/requirements-upstream.txt -c test/constraints.txt
 	touch $@
 
 build: $(BIN)/sglang-blackwell
