@@ -20,7 +20,8 @@ def test_every_real_series_is_valid_and_has_the_dep3_fields(monkeypatch):
             for p in s.patches:
                 assert p.author and p.subject and p.fields["Upstream-Status"] and p.fields["Origin"]
                 ids.add((b.name, p.logical_id))
-    assert {lid for base, lid in ids if base == "0.5.9"} == {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P10", "P12", "P14"}
+    assert {lid for base, lid in ids if base == "0.5.9"} == {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P10", "P12",
+                                                             "P14"}
 
 
 @pytest.mark.parametrize("field,needle", [
